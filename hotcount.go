@@ -1,0 +1,317 @@
+// Package hotcount absorbs write-hot counters on a sharded cache.
+//
+// A counter such as "likes:post:42" is split into N sub-counters, stored
+// under the sub-keys "{likes:post:42#L}" for N labels L. Each sub-key has its
+// own hash tag, so the sub-counters hash to different slots and, in a Redis
+// Cluster, to different primaries: one hot counter's write load is spread
+// over ~N keys instead of hammering one node.
+//
+// Incr adds a delta to one sub-counter chosen uniformly at random. Get sums
+// all sub-counters: the sub-keys are grouped by the node that owns their slot
+// and each node is asked once, in one pipelined round (never a cross-slot
+// MGET). The sum is cached for ReadCacheTTL (default 1 s) with single-flight,
+// so a thousand concurrent page views cost one round per node, and each
+// Reading says how stale it is. Incr adjusts this process's cached sum, so a
+// process reads its own writes.
+//
+// A Client talks to Redis (standalone or Cluster, via rueidis) when
+// Config.Redis is set, and otherwise to an embedded in-process store whose
+// simulated nodes route keys by the same slot rule.
+//
+// Counters are not balances: there is no conditional or bounded decrement,
+// and money belongs in a transactional store.
+package hotcount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Client reads and writes sharded counters. It is safe for concurrent use.
+type Client struct {
+	cfg       settings
+	st        store.Store
+	ownsStore bool
+	now       func() time.Time
+	rand      func() uint64
+
+	flight singleflight.Group
+	cache  readCache
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	closeErr  error
+}
+
+// Reading is the value of one counter.
+type Reading struct {
+	// Key is the counter key.
+	Key string
+	// Value is the sum of the sub-counters.
+	Value int64
+	// Stale is how old the sum is: zero for a fresh read, up to the
+	// ReadCacheTTL for a cached one.
+	Stale time.Duration
+	// N is the number of sub-counters that were summed.
+	N int
+}
+
+// New returns a Client for cfg. It connects to the backend and fails with
+// ErrUnavailable if that is not reachable, or ErrConfig for a bad Config.
+// The caller's Config is not modified.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	s, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: s, now: s.Now, rand: s.Rand}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.rand == nil {
+		c.rand = rand.Uint64
+	}
+	c.cache.init()
+	switch {
+	case s.Store != nil:
+		c.st = s.Store
+	default:
+		c.st, err = openStore(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		c.ownsStore = true
+	}
+	return c, nil
+}
+
+// Store returns the backend the Client uses.
+func (c *Client) Store() store.Store { return c.st }
+
+// Labels returns the labels of key's sub-counters.
+func (c *Client) Labels(key string) []string {
+	return keyspace.NaiveLabels(c.cfg.namespace(key).N)
+}
+
+// SubKeys returns the cache keys of key's sub-counters.
+func (c *Client) SubKeys(key string) ([]string, error) {
+	if err := keyspace.Validate(key); err != nil {
+		return nil, err
+	}
+	labels := c.Labels(key)
+	out := make([]string, len(labels))
+	for i, l := range labels {
+		out[i] = keyspace.SubKey(key, l)
+	}
+	return out, nil
+}
+
+// Incr adds delta to the counter key. delta must not be zero. If the chosen
+// sub-counter would overflow int64, Incr returns ErrOverflow and changes
+// nothing.
+func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
+	if err := c.checkIncr(key, delta); err != nil {
+		return err
+	}
+	labels := c.Labels(key)
+	label := labels[pick(c.rand(), len(labels))]
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if _, err := c.st.IncrBy(ctx, keyspace.SubKey(key, label), delta); err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	c.cache.add(key, delta)
+	return nil
+}
+
+func (c *Client) checkIncr(key string, delta int64) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := keyspace.Validate(key); err != nil {
+		return err
+	}
+	if delta == 0 {
+		return ErrZeroDelta
+	}
+	return nil
+}
+
+// pick maps a random value to [0, n) without modulo bias worth noticing
+// (Lemire's multiply-shift on the high 32 bits).
+func pick(r uint64, n int) int { return int((r >> 32) * uint64(n) >> 32) }
+
+// Get returns the sum of key's sub-counters, from the summed-read cache when
+// it is fresh enough.
+func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
+	if c.closed.Load() {
+		return Reading{}, ErrClosed
+	}
+	if err := keyspace.Validate(key); err != nil {
+		return Reading{}, err
+	}
+	if r, ok := c.cached(key); ok {
+		return r, nil
+	}
+	v, err, _ := c.flight.Do(key, func() (any, error) {
+		if r, ok := c.cached(key); ok {
+			return r, nil
+		}
+		m, err := c.fetch(ctx, []string{key})
+		if err != nil {
+			return Reading{}, err
+		}
+		return m[key], nil
+	})
+	if err != nil {
+		return Reading{}, err
+	}
+	return v.(Reading), nil
+}
+
+// GetMulti returns the sums of many counters. Counters not in the cache are
+// read together: one pipelined round per node for all of them. Every key is
+// validated before anything is read.
+func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Reading, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, k := range keys {
+		if err := keyspace.Validate(k); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]Reading, len(keys))
+	var missing []string
+	for _, k := range keys {
+		if _, dup := out[k]; dup {
+			continue
+		}
+		if r, ok := c.cached(k); ok {
+			out[k] = r
+			continue
+		}
+		out[k] = Reading{}
+		missing = append(missing, k)
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	got, err := c.fetch(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	for k, r := range got {
+		out[k] = r
+	}
+	return out, nil
+}
+
+func (c *Client) cached(key string) (Reading, bool) {
+	if c.cfg.NoReadCache {
+		return Reading{}, false
+	}
+	v, n, at, ok := c.cache.get(key)
+	if !ok {
+		return Reading{}, false
+	}
+	age := c.now().Sub(at)
+	if age >= c.cfg.ReadCacheTTL || age < 0 {
+		return Reading{}, false
+	}
+	return Reading{Key: key, Value: v, Stale: age, N: n}, true
+}
+
+// fetch reads the sub-counters of keys in one Get (one round per node),
+// sums them and refreshes the cache.
+func (c *Client) fetch(ctx context.Context, keys []string) (map[string]Reading, error) {
+	var sub []string
+	spans := make([]int, len(keys)+1)
+	for i, k := range keys {
+		for _, l := range c.Labels(k) {
+			sub = append(sub, keyspace.SubKey(k, l))
+		}
+		spans[i+1] = len(sub)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	at := c.now()
+	vals, err := c.st.Get(ctx, sub)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	out := make(map[string]Reading, len(keys))
+	for i, k := range keys {
+		sum, err := sumInt64(vals[spans[i]:spans[i+1]])
+		if err != nil {
+			return nil, fmt.Errorf("read %q: %w", k, err)
+		}
+		n := spans[i+1] - spans[i]
+		out[k] = Reading{Key: k, Value: sum, N: n}
+		if !c.cfg.NoReadCache {
+			c.cache.put(k, sum, n, at)
+		}
+	}
+	return out, nil
+}
+
+func sumInt64(vs []int64) (int64, error) {
+	var s int64
+	for _, v := range vs {
+		if (v > 0 && s > math.MaxInt64-v) || (v < 0 && s < math.MinInt64-v) {
+			return 0, ErrOverflow
+		}
+		s += v
+	}
+	return s, nil
+}
+
+// Clear deletes every sub-counter of key. Clearing a counter that does not
+// exist is not an error.
+func (c *Client) Clear(ctx context.Context, key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	sub, err := c.SubKeys(key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if err := c.st.Del(ctx, sub); err != nil {
+		return fmt.Errorf("clear %q: %w", key, err)
+	}
+	c.cache.drop(key)
+	return nil
+}
+
+// Close releases the Client. It is idempotent; later calls return the
+// first call's result. Operations after Close return ErrClosed.
+func (c *Client) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		if c.ownsStore {
+			c.closeErr = c.st.Close()
+		}
+	})
+	if c.closeErr != nil && !errors.Is(c.closeErr, store.ErrClosed) {
+		return c.closeErr
+	}
+	return nil
+}
+
+// ValidateKey reports whether key is a legal counter key: 1 to 512 bytes of
+// valid UTF-8 without control characters or braces. The error wraps
+// ErrInvalidKey.
+func ValidateKey(key string) error { return keyspace.Validate(key) }

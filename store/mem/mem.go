@@ -1,0 +1,257 @@
+// Package mem is the embedded, in-process store: K simulated nodes that own
+// contiguous slot ranges exactly as a freshly created Redis Cluster does, so
+// keys are routed by the same CRC16 slot rule as on a real cluster.
+//
+// Each node is one mutex-guarded map. A batch (Get, Del, IncrMulti) takes
+// each involved node's lock once, which is the in-process counterpart of one
+// pipelined round per node, and is counted as such in Stats. Token keys
+// expire by the injected clock.
+package mem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Config configures the embedded store. The zero value is usable.
+type Config struct {
+	// Nodes is the number of simulated nodes; 0 means 3.
+	Nodes int
+	// Now is the clock used for token expiry; nil means time.Now.
+	Now func() time.Time
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("mem: invalid config")
+
+// Store is the embedded store. It is safe for concurrent use.
+type Store struct {
+	topo   *store.Topology
+	nodes  []*node
+	now    func() time.Time
+	closed atomic.Bool
+}
+
+type node struct {
+	mu     sync.Mutex
+	ints   map[string]int64
+	tokens map[string]time.Time // token key -> expiry
+	rounds atomic.Int64
+	cmds   map[string]int64 // guarded by mu
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty embedded store.
+func New(cfg Config) (*Store, error) {
+	if cfg.Nodes < 0 || cfg.Nodes > 1024 {
+		return nil, fmt.Errorf("%w: Nodes must be 0..1024, got %d", ErrConfig, cfg.Nodes)
+	}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	names := make([]string, cfg.Nodes)
+	s := &Store{now: cfg.Now, nodes: make([]*node, cfg.Nodes)}
+	for i := range names {
+		names[i] = fmt.Sprintf("mem-%02d", i)
+		s.nodes[i] = &node{ints: map[string]int64{}, tokens: map[string]time.Time{}, cmds: map[string]int64{}}
+	}
+	s.topo = store.Even(names)
+	return s, nil
+}
+
+// groups splits key indexes by owning node.
+func (s *Store) groups(keys []string) map[int][]int {
+	g := make(map[int][]int)
+	for i, k := range keys {
+		n := int(s.topo.Owner[keyspace.Slot(k)])
+		g[n] = append(g[n], i)
+	}
+	return g
+}
+
+// IncrBy adds delta to key.
+func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
+	res, err := s.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: delta}})
+	if err != nil {
+		return 0, err
+	}
+	return res[0].Value, res[0].Err
+}
+
+// IncrMulti applies ops, taking each node's lock once.
+func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.IncrResult, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		keys[i] = op.Key
+	}
+	out := make([]store.IncrResult, len(ops))
+	now := s.now()
+	for n, idx := range s.groups(keys) {
+		nd := s.nodes[n]
+		nd.rounds.Add(1)
+		nd.mu.Lock()
+		for _, i := range idx {
+			op := ops[i]
+			if op.TokenKey != "" {
+				nd.cmds["evalsha"]++
+				if keyspace.Slot(op.TokenKey) != keyspace.Slot(op.Key) {
+					out[i].Err = fmt.Errorf("mem: token key %q is not in the slot of %q", op.TokenKey, op.Key)
+					continue
+				}
+				if exp, ok := nd.tokens[op.TokenKey]; ok && now.Before(exp) {
+					continue // already applied
+				}
+			} else {
+				nd.cmds["incrby"]++
+			}
+			v, err := add(nd.ints[op.Key], op.Delta)
+			if err != nil {
+				out[i].Err = err
+				continue
+			}
+			nd.ints[op.Key] = v
+			if op.TokenKey != "" {
+				ttl := op.TTL
+				if ttl <= 0 {
+					ttl = store.DefaultTokenTTL
+				}
+				nd.tokens[op.TokenKey] = now.Add(ttl)
+			}
+			out[i] = store.IncrResult{Applied: true, Value: v}
+		}
+		nd.expireTokens(now)
+		nd.mu.Unlock()
+	}
+	return out, nil
+}
+
+// expireTokens drops expired tokens once the map grows; caller holds mu.
+func (nd *node) expireTokens(now time.Time) {
+	if len(nd.tokens) < 4096 {
+		return
+	}
+	for k, exp := range nd.tokens {
+		if !now.Before(exp) {
+			delete(nd.tokens, k)
+		}
+	}
+}
+
+func add(v, d int64) (int64, error) {
+	if (d > 0 && v > math.MaxInt64-d) || (d < 0 && v < math.MinInt64-d) {
+		return v, store.ErrOverflow
+	}
+	return v + d, nil
+}
+
+// Get reads keys, taking each node's lock once.
+func (s *Store) Get(ctx context.Context, keys []string) ([]int64, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	for n, idx := range s.groups(keys) {
+		nd := s.nodes[n]
+		nd.rounds.Add(1)
+		nd.mu.Lock()
+		for _, i := range idx {
+			nd.cmds["get"]++
+			out[i] = nd.ints[keys[i]]
+		}
+		nd.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Del deletes keys.
+func (s *Store) Del(ctx context.Context, keys []string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	for n, idx := range s.groups(keys) {
+		nd := s.nodes[n]
+		nd.rounds.Add(1)
+		nd.mu.Lock()
+		for _, i := range idx {
+			nd.cmds["del"]++
+			delete(nd.ints, keys[i])
+		}
+		nd.mu.Unlock()
+	}
+	return nil
+}
+
+// Topology returns the fixed slot map of the simulated nodes.
+func (s *Store) Topology(ctx context.Context) (*store.Topology, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.topo, nil
+}
+
+// Close marks the store closed; later calls fail with store.ErrClosed.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// NodeStats counts what one simulated node received.
+type NodeStats struct {
+	// Rounds is the number of batches (lock acquisitions) the node served.
+	Rounds int64
+	// Commands counts commands by lower-case Redis name (get, incrby,
+	// evalsha for token increments, del).
+	Commands map[string]int64
+}
+
+// Stats returns per-node counters, keyed by node name.
+func (s *Store) Stats() map[string]NodeStats {
+	out := make(map[string]NodeStats, len(s.nodes))
+	for i, nd := range s.nodes {
+		nd.mu.Lock()
+		c := make(map[string]int64, len(nd.cmds))
+		for k, v := range nd.cmds {
+			c[k] = v
+		}
+		nd.mu.Unlock()
+		out[s.topo.Nodes[i]] = NodeStats{Rounds: nd.rounds.Load(), Commands: c}
+	}
+	return out
+}
+
+// Keys returns every integer key held, sorted (for tests and tools).
+func (s *Store) Keys() []string {
+	var out []string
+	for _, nd := range s.nodes {
+		nd.mu.Lock()
+		for k := range nd.ints {
+			out = append(out, k)
+		}
+		nd.mu.Unlock()
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,112 @@
+// Package store defines the sharded cache that holds sub-counters, and the
+// errors every backend reports in the same way.
+//
+// A backend is a set of nodes (Redis Cluster primaries, or the simulated
+// nodes of store/mem); each key belongs to the node that owns its slot
+// (keyspace.Slot). Reads of many keys are grouped by node and sent as one
+// pipelined round per node, never as a cross-slot MGET, so a counter's N
+// sub-keys cost one round trip to each node that holds any of them.
+//
+// Implementations: store/redis (rueidis; standalone or Cluster, detected) and
+// store/mem (in-process, K simulated nodes).
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
+)
+
+// Named errors shared by all backends. Wrap them; test with errors.Is.
+var (
+	// ErrOverflow: the increment would take the value outside int64; nothing
+	// was changed.
+	ErrOverflow = errors.New("hotcount: increment would overflow int64")
+	// ErrNotInteger: a key holds something that is not a decimal int64.
+	ErrNotInteger = errors.New("hotcount: value is not an integer")
+	// ErrUnavailable: the backend could not be reached or did not answer in
+	// time. The operation may be retried.
+	ErrUnavailable = errors.New("hotcount: backend unavailable")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("hotcount: store closed")
+)
+
+// Store is a sharded cache of int64 counters.
+type Store interface {
+	// IncrBy adds delta to key and returns the new value. On overflow it
+	// returns ErrOverflow and leaves the value unchanged.
+	IncrBy(ctx context.Context, key string, delta int64) (int64, error)
+	// IncrMulti applies many increments, grouped by node, one pipelined
+	// round per node (bounded concurrency, a timeout per round). An op with
+	// a TokenKey is applied at most once per token within its TTL: the
+	// token check, the token write and the increment are one atomic step
+	// in the key's slot, so a retried op never double-counts. The result
+	// slice matches ops; err is set only when nothing could be attempted.
+	IncrMulti(ctx context.Context, ops []IncrOp) ([]IncrResult, error)
+	// Get reads keys, one pipelined round per node; a missing key reads 0.
+	Get(ctx context.Context, keys []string) ([]int64, error)
+	// Del deletes keys (missing keys are fine), grouped by node.
+	Del(ctx context.Context, keys []string) error
+	// Topology returns the current slot→node map.
+	Topology(ctx context.Context) (*Topology, error)
+	// Close releases connections. It is idempotent.
+	Close() error
+}
+
+// IncrOp is one increment for IncrMulti.
+type IncrOp struct {
+	// Key is the sub-key to increment.
+	Key string
+	// Delta is added to Key.
+	Delta int64
+	// TokenKey, when not empty, makes the op idempotent: it must be in
+	// Key's slot (keyspace.AuxKey) and is kept for TTL after use.
+	TokenKey string
+	// TTL is how long the token is remembered; zero means DefaultTokenTTL.
+	TTL time.Duration
+}
+
+// IncrResult is the outcome of one IncrOp.
+type IncrResult struct {
+	// Applied is false when the token had been used already (the earlier
+	// call applied the delta) or when Err is set.
+	Applied bool
+	// Value is the new value when Applied.
+	Value int64
+	// Err is ErrOverflow, ErrNotInteger, ErrUnavailable, ... (nothing was
+	// applied).
+	Err error
+}
+
+// DefaultTokenTTL is how long a flush token is remembered when IncrOp.TTL is
+// zero.
+const DefaultTokenTTL = 10 * time.Minute
+
+// Topology is an immutable snapshot of which node owns each slot.
+type Topology struct {
+	// Nodes are the primaries, sorted, as "host:port" (or a simulated name).
+	Nodes []string
+	// Owner[slot] is an index into Nodes.
+	Owner [keyspace.SlotCount]uint16
+	// Epoch increases whenever the map changes.
+	Epoch uint64
+}
+
+// NodeOf returns the node that owns key's slot.
+func (t *Topology) NodeOf(key string) string { return t.Nodes[t.Owner[keyspace.Slot(key)]] }
+
+// NodeOfSlot returns the node that owns slot.
+func (t *Topology) NodeOfSlot(slot uint16) string { return t.Nodes[t.Owner[slot]] }
+
+// Even returns a topology of the named nodes with the slots split into
+// contiguous equal ranges, in the order Redis' cluster creation assigns them.
+func Even(nodes []string) *Topology {
+	t := &Topology{Nodes: append([]string(nil), nodes...), Epoch: 1}
+	k := len(nodes)
+	for s := range keyspace.SlotCount {
+		t.Owner[s] = uint16(s * k / keyspace.SlotCount)
+	}
+	return t
+}
