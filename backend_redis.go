@@ -2,11 +2,16 @@ package hotcount
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hotcount/hotcount/store"
+	"github.com/hotcount/hotcount/store/redis"
 )
 
 func openRedis(ctx context.Context, s settings) (store.Store, error) {
-	return nil, fmt.Errorf("%w: redis backend not built yet", ErrUnavailable)
+	return redis.New(ctx, redis.Config{
+		Addrs:    s.Redis,
+		Username: s.RedisUsername,
+		Password: s.RedisPassword,
+		Timeout:  s.Timeout,
+	})
 }

@@ -84,7 +84,7 @@ func TestExactTotalConcurrent(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			clk := newFakeClock()
-			c := newClient(t, b.open(t), hotcount.Config{N: 8, Now: clk.Now})
+			c := newClient(t, b.open(t), hotcount.Config{N: 8, Now: clk.Now, Timeout: 30 * time.Second})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			const workers, per = 64, 10000

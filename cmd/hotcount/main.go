@@ -24,9 +24,12 @@ type command struct {
 
 // commands is the subcommand table; help lists it in order of name.
 var commands = map[string]command{
-	"version": {"print the version", runVersion},
-	"incr":    {"add to a counter", runIncr},
-	"get":     {"read a counter", runGet},
+	"version":  {"print the version", runVersion},
+	"cluster":  {"start, stop or inspect a local Redis Cluster (up, down, status)", runCluster},
+	"plan":     {"size a hot counter: n, per-node load, collision odds, mode", runPlan},
+	"simulate": {"model strategies on K nodes under Zipf traffic and a viral key", runSimulate},
+	"incr":     {"add to a counter", runIncr},
+	"get":      {"read a counter", runGet},
 }
 
 // version is set at build time with -ldflags "-X main.version=...".

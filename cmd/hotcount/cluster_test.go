@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// clusterCLI runs hotcount with args and returns the exit code and output.
+func clusterCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestClusterUpStatusDown(t *testing.T) {
+	if _, err := testenv.RedisServer(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "cluster")
+	t.Cleanup(func() { testenv.Down(dir) }) // in case the test fails before down
+
+	code, out, errOut := clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--replicas", "0")
+	if code != exitOK {
+		t.Fatalf("cluster up: exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("cluster up printed %q, want 3 seeds and a seeds line", out)
+	}
+	seedsLine, ok := strings.CutPrefix(lines[3], "seeds: ")
+	if !ok {
+		t.Fatalf("last line %q is not a seeds line", lines[3])
+	}
+	seeds := splitAddrs(seedsLine)
+	if strings.Join(seeds, "\n") != strings.Join(lines[:3], "\n") {
+		t.Errorf("seeds line %q does not match the listed seeds %q", seedsLine, lines[:3])
+	}
+	for _, s := range seeds {
+		if r, err := testenv.Do(ctx, s, "PING"); err != nil || r != "PONG" {
+			t.Errorf("PING %s = %q, %v", s, r, err)
+		}
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--replicas", "0")
+	if code != exitFailure || !strings.Contains(errOut, "already running") {
+		t.Errorf("second cluster up: exit %d, stderr %q; want 1 and 'already running'", code, errOut)
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir)
+	if code != exitOK || !strings.Contains(out, "ok, 3 of 3 nodes up") || !strings.Contains(out, "seeds: "+seedsLine) {
+		t.Errorf("cluster status: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir, "--json")
+	var st testenv.ClusterStatus
+	if code != exitOK {
+		t.Errorf("cluster status --json: exit %d, stderr %q", code, errOut)
+	} else if err := json.Unmarshal([]byte(out), &st); err != nil || st.State != "ok" || len(st.Nodes) != 3 {
+		t.Errorf("cluster status --json = %q (%v)", out, err)
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
+	if code != exitOK {
+		t.Fatalf("cluster down: exit %d, stderr %q", code, errOut)
+	}
+	for _, s := range seeds {
+		if _, err := testenv.Do(ctx, s, "PING"); err == nil {
+			t.Errorf("%s still answers after down", s)
+		}
+	}
+	code, _, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir)
+	if code != exitFailure || !strings.Contains(errOut, "no cluster") {
+		t.Errorf("status after down: exit %d, stderr %q", code, errOut)
+	}
+	code, out, _ = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
+	if code != exitOK || !strings.Contains(out, "no cluster") {
+		t.Errorf("second down: exit %d, stdout %q", code, out)
+	}
+}
+
+func TestClusterBadUsage(t *testing.T) {
+	ctx := t.Context()
+	for _, args := range [][]string{
+		{"cluster"},
+		{"cluster", "sideways"},
+		{"cluster", "up", "--primaries", "x"},
+		{"cluster", "up", "--primaries", "0"},
+		{"cluster", "up", "--replicas", "-1"},
+		{"cluster", "up", "--port", "-5"},
+		{"cluster", "up", "--port", "65000"},
+		{"cluster", "up", "--dir", ""},
+		{"cluster", "up", "extra"},
+		{"cluster", "down", "--nope"},
+		{"cluster", "status", "--json=maybe"},
+	} {
+		code, out, errOut := clusterCLI(t, ctx, args...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d", args, code, exitUsage)
+		}
+		if out != "" || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || errOut == "" {
+			t.Errorf("%q: stdout %q, stderr %q; want one line on stderr", args, out, errOut)
+		}
+	}
+	if code, _, errOut := clusterCLI(t, ctx, "cluster", "--help"); code != exitOK || !strings.Contains(errOut, "up") {
+		t.Errorf("cluster --help: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := clusterCLI(t, ctx, "cluster", "up", "--help"); code != exitOK || !strings.Contains(errOut, "-primaries") {
+		t.Errorf("cluster up --help: exit %d, stderr %q", code, errOut)
+	}
+}

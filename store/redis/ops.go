@@ -1,0 +1,193 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// incrOnceScript applies KEYS[1] += ARGV[1] unless token KEYS[2] exists,
+// then sets the token with a TTL of ARGV[2] ms. It returns nil when the token
+// was used, the INCRBY error (with the token untouched) when INCRBY fails,
+// and otherwise the new value as the string Redis stores: a Lua number is a
+// double and cannot carry every int64, so no arithmetic happens in Lua.
+const incrOnceScript = `
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return false
+end
+local r = redis.pcall('INCRBY', KEYS[1], ARGV[1])
+if type(r) == 'table' and r.err then
+  return r
+end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+return redis.call('GET', KEYS[1])
+`
+
+var incrOnceSHA = func() string {
+	sum := sha1.Sum([]byte(incrOnceScript))
+	return hex.EncodeToString(sum[:])
+}()
+
+// Get reads keys, one pipelined round of GETs per node; a missing key reads
+// 0. A value that is not a decimal int64 fails the call with
+// store.ErrNotInteger.
+func (s *Store) Get(ctx context.Context, keys []string) ([]int64, error) {
+	res, err := s.run(ctx, batch{
+		n:   len(keys),
+		key: func(i int) string { return keys[i] },
+		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed {
+			return b.Get().Key(keys[i]).Build()
+		},
+		readonly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	for i, r := range res {
+		if err := r.Error(); err != nil {
+			if rueidis.IsRedisNil(err) {
+				continue
+			}
+			return nil, fmt.Errorf("GET %q: %w", keys[i], s.mapErr(err))
+		}
+		v, err := r.ToString()
+		if err != nil {
+			return nil, fmt.Errorf("GET %q: %w", keys[i], store.ErrNotInteger)
+		}
+		if out[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("GET %q: %w", keys[i], store.ErrNotInteger)
+		}
+	}
+	return out, nil
+}
+
+// Del deletes keys with one DEL per key, pipelined per node.
+func (s *Store) Del(ctx context.Context, keys []string) error {
+	res, err := s.run(ctx, batch{
+		n:   len(keys),
+		key: func(i int) string { return keys[i] },
+		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed {
+			return b.Del().Key(keys[i]).Build()
+		},
+		readonly: false,
+	})
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("DEL %q: %w", keys[i], s.mapErr(err))
+		}
+	}
+	return nil
+}
+
+// IncrBy adds delta to key with INCRBY and returns the new value. On
+// overflow it returns store.ErrOverflow and the value is unchanged.
+func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
+	res, err := s.run(ctx, batch{
+		n:   1,
+		key: func(int) string { return key },
+		build: func(b rueidis.Builder, _ int, _ bool) rueidis.Completed {
+			return b.Incrby().Key(key).Increment(delta).Build()
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	v, err := res[0].AsInt64()
+	if err != nil {
+		return 0, s.mapErr(err)
+	}
+	return v, nil
+}
+
+// IncrMulti applies ops, one pipelined round per node. Ops without a
+// TokenKey are plain INCRBYs; ops with one run the token script (see the
+// package documentation). Errors are per op; err is set only when the store
+// is closed.
+func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.IncrResult, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	out := make([]store.IncrResult, len(ops))
+	valid := make([]int, 0, len(ops)) // indexes into ops of the ops to send
+	ttls := make([]string, len(ops))
+	for i, op := range ops {
+		if op.TokenKey == "" {
+			valid = append(valid, i)
+			continue
+		}
+		switch {
+		case op.TTL < 0:
+			out[i].Err = fmt.Errorf("%w: negative TTL %v for %q", ErrInvalidOp, op.TTL, op.Key)
+			continue
+		case keyspace.Slot(op.TokenKey) != keyspace.Slot(op.Key):
+			out[i].Err = fmt.Errorf("%w: token %q is not in the slot of %q", ErrInvalidOp, op.TokenKey, op.Key)
+			continue
+		}
+		ttl := op.TTL
+		if ttl == 0 {
+			ttl = store.DefaultTokenTTL
+		}
+		ttls[i] = strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
+		valid = append(valid, i)
+	}
+	res, err := s.run(ctx, batch{
+		n:   len(valid),
+		key: func(j int) string { return ops[valid[j]].Key },
+		build: func(b rueidis.Builder, j int, resend bool) rueidis.Completed {
+			op := &ops[valid[j]]
+			if op.TokenKey == "" {
+				return b.Incrby().Key(op.Key).Increment(op.Delta).Build()
+			}
+			delta, ttl := strconv.FormatInt(op.Delta, 10), ttls[valid[j]]
+			if resend {
+				return b.Eval().Script(incrOnceScript).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl).Build()
+			}
+			return b.Evalsha().Sha1(incrOnceSHA).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl).Build()
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range res {
+		i := valid[j]
+		out[i] = s.incrResult(ops[i].TokenKey != "", r)
+	}
+	return out, nil
+}
+
+func (s *Store) incrResult(script bool, r rueidis.RedisResult) store.IncrResult {
+	err := r.Error()
+	switch {
+	case script && rueidis.IsRedisNil(err):
+		return store.IncrResult{} // the token was used: applied earlier
+	case err != nil:
+		return store.IncrResult{Err: s.mapErr(err)}
+	case script:
+		str, err := r.ToString()
+		if err != nil {
+			return store.IncrResult{Err: s.mapErr(err)}
+		}
+		v, err := strconv.ParseInt(str, 10, 64)
+		if err != nil {
+			return store.IncrResult{Err: fmt.Errorf("%w (script returned %q)", store.ErrNotInteger, str)}
+		}
+		return store.IncrResult{Applied: true, Value: v}
+	default:
+		v, err := r.AsInt64()
+		if err != nil {
+			return store.IncrResult{Err: s.mapErr(err)}
+		}
+		return store.IncrResult{Applied: true, Value: v}
+	}
+}
