@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -45,6 +46,10 @@ type Client struct {
 	ownsStore bool
 	now       func() time.Time
 	rand      func() uint64
+
+	buf   *buffer.Buffer   // nil when no key is buffered
+	dur   *durability      // nil without a durable store
+	naive map[int][]string // label sets by N
 
 	flight singleflight.Group
 	cache  readCache
@@ -83,6 +88,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.rand = rand.Uint64
 	}
 	c.cache.init()
+	c.naive = map[int][]string{s.N: keyspace.NaiveLabels(s.N)}
+	for _, ns := range s.namespaces {
+		c.naive[ns.N] = keyspace.NaiveLabels(ns.N)
+	}
 	switch {
 	case s.Store != nil:
 		c.st = s.Store
@@ -93,15 +102,45 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.ownsStore = true
 	}
+	if s.anyDurable() && s.Durable == nil {
+		if c.ownsStore {
+			_ = c.st.Close()
+		}
+		return nil, fmt.Errorf("%w: durable mode needs a durable store (Config.Durable)", ErrConfig)
+	}
+	if s.anyBuffered() {
+		c.buf, err = buffer.New(c.st, buffer.Config{
+			Interval:       s.FlushInterval,
+			MaxKeys:        s.MaxBufferedKeys,
+			MaxPendingKeys: s.MaxPendingKeys,
+			BatchTimeout:   s.Timeout,
+			Labels:         c.Labels,
+			Rand:           c.rand,
+		})
+		if err != nil {
+			if c.ownsStore {
+				_ = c.st.Close()
+			}
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	if s.Durable != nil {
+		c.dur, err = newDurability(c)
+		if err != nil {
+			_ = c.closeParts(ctx)
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
 // Store returns the backend the Client uses.
 func (c *Client) Store() store.Store { return c.st }
 
-// Labels returns the labels of key's sub-counters.
+// Labels returns the labels of key's sub-counters. The slice is shared:
+// do not modify it.
 func (c *Client) Labels(key string) []string {
-	return keyspace.NaiveLabels(c.cfg.namespace(key).N)
+	return c.naive[c.cfg.namespace(key).N]
 }
 
 // SubKeys returns the cache keys of key's sub-counters.
@@ -123,6 +162,23 @@ func (c *Client) SubKeys(key string) ([]string, error) {
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 	if err := c.checkIncr(key, delta); err != nil {
 		return err
+	}
+	ns := c.cfg.namespace(key)
+	if c.dur != nil {
+		if handled, err := c.dur.incr(ctx, ns, key, delta, ""); handled {
+			return err
+		}
+	} else if ns.Mode == ModeDurable {
+		return fmt.Errorf("incr %q: %w: durable mode needs Config.Durable", key, ErrConfig)
+	}
+	if c.buf != nil && ns.buffered() {
+		if err := c.buf.Add(key, delta); err != nil {
+			if errors.Is(err, buffer.ErrClosed) {
+				return ErrClosed
+			}
+			return fmt.Errorf("incr %q: %w", key, err)
+		}
+		return nil
 	}
 	labels := c.Labels(key)
 	label := labels[pick(c.rand(), len(labels))]
@@ -162,7 +218,7 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 		return Reading{}, err
 	}
 	if r, ok := c.cached(key); ok {
-		return r, nil
+		return c.withPending(r), nil
 	}
 	v, err, _ := c.flight.Do(key, func() (any, error) {
 		if r, ok := c.cached(key); ok {
@@ -177,7 +233,23 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	if err != nil {
 		return Reading{}, err
 	}
-	return v.(Reading), nil
+	return c.withPending(v.(Reading)), nil
+}
+
+// withPending adds this process's unflushed delta of a buffered key to a
+// reading (read-your-writes within a process). A delta is counted twice
+// only for the instant between the cache applying a flush and the flusher
+// seeing its reply.
+func (c *Client) withPending(r Reading) Reading {
+	if c.buf == nil {
+		return r
+	}
+	if p := c.buf.Pending(r.Key); p != 0 {
+		if v, err := sumInt64([]int64{r.Value, p}); err == nil {
+			r.Value = v
+		}
+	}
+	return r
 }
 
 // GetMulti returns the sums of many counters. Counters not in the cache are
@@ -214,6 +286,9 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 	}
 	for k, r := range got {
 		out[k] = r
+	}
+	for k, r := range out {
+		out[k] = c.withPending(r)
 	}
 	return out, nil
 }
@@ -287,6 +362,13 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if c.buf != nil {
+		// Send this process's buffered deltas first, so they do not land
+		// after the clear. Other processes' buffers are theirs.
+		if err := c.buf.Flush(ctx); err != nil {
+			return fmt.Errorf("clear %q: %w", key, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	if err := c.st.Del(ctx, sub); err != nil {
@@ -296,19 +378,63 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 	return nil
 }
 
-// Close releases the Client. It is idempotent; later calls return the
-// first call's result. Operations after Close return ErrClosed.
+// Flush sends this process's buffered deltas now and waits for the cache
+// to acknowledge them.
+func (c *Client) Flush(ctx context.Context) error {
+	if c.buf == nil {
+		return nil
+	}
+	return c.buf.Flush(ctx)
+}
+
+// BufferStats returns the gauges of the buffered deltas: unflushed delta,
+// oldest unflushed age, flushes, errors, retries and writes sent. It is
+// the zero value when no key is buffered.
+func (c *Client) BufferStats() buffer.Stats {
+	if c.buf == nil {
+		return buffer.Stats{}
+	}
+	return c.buf.Stats()
+}
+
+// Close drains buffered deltas (until ctx ends: then it returns an error
+// saying what was not flushed) and releases the Client. It is idempotent;
+// later calls return the first call's result. Operations after Close
+// return ErrClosed.
 func (c *Client) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		if c.ownsStore {
-			c.closeErr = c.st.Close()
-		}
+		c.closeErr = c.closeParts(ctx)
 	})
 	if c.closeErr != nil && !errors.Is(c.closeErr, store.ErrClosed) {
 		return c.closeErr
 	}
 	return nil
+}
+
+// closeParts drains and closes, in order: the durable log (whose commits
+// feed the buffer), the buffer (whose flushes feed the cache), the final
+// checkpoint, and the store if the Client opened it.
+func (c *Client) closeParts(ctx context.Context) error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if c.dur != nil {
+		keep(c.dur.closeLog(ctx))
+	}
+	if c.buf != nil {
+		keep(c.buf.Close(ctx))
+	}
+	if c.dur != nil {
+		keep(c.dur.close(ctx))
+	}
+	if c.ownsStore {
+		keep(c.st.Close())
+	}
+	return first
 }
 
 // ValidateKey reports whether key is a legal counter key: 1 to 512 bytes of

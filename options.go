@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -50,6 +52,30 @@ type Config struct {
 	// NoReadCache turns the summed-read cache off: every Get reads the
 	// sub-counters.
 	NoReadCache bool
+	// Buffered turns on buffered deltas for keys that no namespace
+	// matches: Incr adds to a process-local delta, and a flusher sends one
+	// idempotent increment per key every FlushInterval, when MaxBufferedKeys
+	// keys have a delta, and on Close. See package buffer.
+	Buffered bool
+	// FlushInterval is how often buffered deltas are flushed; 0 means
+	// 500 ms. It bounds what a killed process can lose.
+	FlushInterval time.Duration
+	// MaxBufferedKeys flushes early when this many keys hold a delta; 0
+	// means 10,000.
+	MaxBufferedKeys int
+	// MaxPendingKeys bounds the keys held while the cache is unreachable;
+	// past it Incr of a new key returns ErrBackpressure. 0 means 200,000.
+	MaxPendingKeys int
+	// Mode is the durability mode of keys that no namespace matches; ""
+	// means ModeFast.
+	Mode Mode
+	// Durable is the durable store (checkpoints, event log, metadata).
+	// nil means none: fast-mode counters live in the cache alone and
+	// durable mode cannot be used. The Client does not close it.
+	Durable durable.Backend
+	// CheckpointInterval is how often fast-mode totals are checkpointed to
+	// Durable; 0 means 5 s. It bounds what a cache loss can lose.
+	CheckpointInterval time.Duration
 	// Timeout bounds each round trip to the backend; 0 means 2 s.
 	Timeout time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake.
@@ -66,7 +92,31 @@ type Namespace struct {
 	Prefix string
 	// N is the number of sub-counters; 0 means the Config's N.
 	N int
+	// Buffered turns buffered deltas on for this namespace. A namespace
+	// does not inherit Config.Buffered: it says for itself. Durable-mode
+	// counters are always buffered after their commit.
+	Buffered bool
+	// Mode is the durability mode; "" means the Config's Mode.
+	Mode Mode
 }
+
+// Mode is a durability mode, chosen per namespace.
+type Mode string
+
+// The durability modes.
+const (
+	// ModeFast: the cache holds the counter; totals are checkpointed to the
+	// durable store every CheckpointInterval and restored after a cache
+	// loss. A killed process loses up to one flush interval of buffered
+	// deltas; a cache loss loses up to one checkpoint interval.
+	ModeFast Mode = "fast"
+	// ModeDurable: every increment is committed, with an idempotency id,
+	// to the durable event log before Incr returns; the cache is a view
+	// rebuilt from the log. Nothing acknowledged is lost.
+	ModeDurable Mode = "durable"
+)
+
+func (m Mode) valid() bool { return m == "" || m == ModeFast || m == ModeDurable }
 
 // Named errors. Every error the Client returns for bad input or a failed
 // backend wraps one of these; test with errors.Is.
@@ -84,6 +134,10 @@ var (
 	ErrClosed = errors.New("hotcount: client closed")
 	// ErrConfig: the Config is invalid; the message says which field.
 	ErrConfig = errors.New("hotcount: invalid config")
+	// ErrBackpressure: buffered deltas are held because the cache is not
+	// taking them, and the bound (MaxPendingKeys) is reached; nothing was
+	// added. Retry later.
+	ErrBackpressure = buffer.ErrBackpressure
 )
 
 // settings is a validated copy of Config with defaults applied.
@@ -115,8 +169,23 @@ func (c Config) validate() (settings, error) {
 	if s.ReadCacheTTL < 0 {
 		return bad("ReadCacheTTL must not be negative (use NoReadCache), got %v", c.ReadCacheTTL)
 	}
+	if s.FlushInterval < 0 || s.MaxBufferedKeys < 0 || s.MaxPendingKeys < 0 {
+		return bad("FlushInterval, MaxBufferedKeys and MaxPendingKeys must not be negative")
+	}
 	if s.Timeout == 0 {
 		s.Timeout = 2 * time.Second
+	}
+	if !s.Mode.valid() {
+		return bad("Mode must be %q or %q, got %q", ModeFast, ModeDurable, c.Mode)
+	}
+	if s.Mode == "" {
+		s.Mode = ModeFast
+	}
+	if s.CheckpointInterval == 0 {
+		s.CheckpointInterval = 5 * time.Second
+	}
+	if s.CheckpointInterval < 0 {
+		return bad("CheckpointInterval must not be negative, got %v", c.CheckpointInterval)
 	}
 	if s.Timeout < 0 {
 		return bad("Timeout must not be negative, got %v", c.Timeout)
@@ -138,9 +207,15 @@ func (c Config) validate() (settings, error) {
 		case ns.N < 0 || ns.N > MaxN:
 			return bad("namespace %q: N must be 0..%d, got %d", ns.Prefix, MaxN, ns.N)
 		}
+		if !ns.Mode.valid() {
+			return bad("namespace %q: Mode must be %q or %q, got %q", ns.Prefix, ModeFast, ModeDurable, ns.Mode)
+		}
 		seen[ns.Prefix] = true
 		if ns.N == 0 {
 			ns.N = s.N
+		}
+		if ns.Mode == "" {
+			ns.Mode = s.Mode
 		}
 		s.namespaces = append(s.namespaces, ns)
 	}
@@ -158,5 +233,35 @@ func (s *settings) namespace(key string) Namespace {
 			return ns
 		}
 	}
-	return Namespace{N: s.N}
+	return Namespace{N: s.N, Buffered: s.Buffered, Mode: s.Mode}
 }
+
+// anyDurable reports whether some keys are in durable mode.
+func (s *settings) anyDurable() bool {
+	if s.Mode == ModeDurable {
+		return true
+	}
+	for _, ns := range s.namespaces {
+		if ns.Mode == ModeDurable {
+			return true
+		}
+	}
+	return false
+}
+
+// anyBuffered reports whether some keys are buffered (durable-mode keys
+// always are).
+func (s *settings) anyBuffered() bool {
+	if s.Buffered || s.anyDurable() {
+		return true
+	}
+	for _, ns := range s.namespaces {
+		if ns.Buffered {
+			return true
+		}
+	}
+	return false
+}
+
+// buffered reports whether increments of ns go through the buffer.
+func (ns Namespace) buffered() bool { return ns.Buffered || ns.Mode == ModeDurable }

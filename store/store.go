@@ -14,6 +14,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/hotcount/hotcount/keyspace"
@@ -105,8 +106,19 @@ func (t *Topology) NodeOfSlot(slot uint16) string { return t.Nodes[t.Owner[slot]
 func Even(nodes []string) *Topology {
 	t := &Topology{Nodes: append([]string(nil), nodes...), Epoch: 1}
 	k := len(nodes)
-	for s := range keyspace.SlotCount {
-		t.Owner[s] = uint16(s * k / keyspace.SlotCount)
+	per := float64(keyspace.SlotCount) / float64(k)
+	first, cursor := 0, 0.0
+	for i := range k {
+		// redis-cli --cluster create: last = round(cursor + per - 1).
+		last := int(math.Round(cursor + per - 1))
+		if last >= keyspace.SlotCount || i == k-1 {
+			last = keyspace.SlotCount - 1
+		}
+		for s := first; s <= last; s++ {
+			t.Owner[s] = uint16(i)
+		}
+		first = last + 1
+		cursor += per
 	}
 	return t
 }

@@ -31,6 +31,9 @@
 // run in their own session, write pidfiles, and are described by a JSON state
 // file in the cluster directory, which Down and Status read.
 //
+// Redis 7.0 or newer is needed (CLUSTER ADDSLOTSRANGE). Ports and bus
+// ports are on 127.0.0.1 only.
+//
 // Do and CommandStats speak a minimal RESP2 dialect over a fresh connection
 // per call, so that the package depends on no client library and leaves no
 // goroutines behind.

@@ -157,29 +157,38 @@ func Down(dir string) error {
 
 // ClusterStatus describes a cluster recorded in a directory.
 type ClusterStatus struct {
+	// Dir is the cluster directory (absolute).
 	Dir string `json:"dir"`
 	// State is "ok" (every node up and reporting cluster_state:ok),
 	// "degraded" (some nodes down, the rest ok), "fail" (a running node
 	// reports a failed cluster or does not answer) or "stopped" (no node up).
-	State string       `json:"state"`
-	Up    int          `json:"up"`
-	Seeds []string     `json:"seeds"`
+	State string `json:"state"`
+	// Up is the number of nodes whose process runs.
+	Up int `json:"up"`
+	// Seeds are the addresses of all nodes, for --redis.
+	Seeds []string `json:"seeds"`
+	// Nodes are the nodes in start order, primaries first.
 	Nodes []NodeStatus `json:"nodes"`
 }
 
 // NodeStatus describes one node of a ClusterStatus.
 type NodeStatus struct {
-	Addr    string `json:"addr"`
-	PID     int    `json:"pid,omitempty"`
-	Running bool   `json:"running"`
+	// Addr is "127.0.0.1:port".
+	Addr string `json:"addr"`
+	// PID is the process id from the pidfile, when the process runs.
+	PID int `json:"pid,omitempty"`
+	// Running reports whether the process runs.
+	Running bool `json:"running"`
 	// Role is "primary", "replica" or "" when unknown.
 	Role string `json:"role,omitempty"`
 	// Primary is the address a replica follows.
 	Primary string `json:"primary,omitempty"`
 	// Slots are the slot ranges a primary owns, e.g. "0-5460".
-	Slots        string `json:"slots,omitempty"`
+	Slots string `json:"slots,omitempty"`
+	// ClusterState is the node's cluster_state ("ok" or "fail").
 	ClusterState string `json:"cluster_state,omitempty"`
-	Error        string `json:"error,omitempty"`
+	// Error is why a running node could not be asked.
+	Error string `json:"error,omitempty"`
 }
 
 // StatusReport inspects the cluster recorded in dir: which processes run

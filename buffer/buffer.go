@@ -1,0 +1,356 @@
+// Package buffer coalesces counter increments in process memory and flushes
+// them to the sharded cache as one idempotent increment per key.
+//
+// # Accumulating
+//
+// Add adds a delta to the key's cell: an int64 updated with one atomic add.
+// Cells live in 64 shards chosen by a hash of the key (hash/maphash); each
+// shard is an open-addressing table whose slots are read without locks, so
+// an Add to a key that already has a cell costs a hash, a probe and one
+// atomic add: no lock, no allocation. A new key takes the shard's mutex to
+// insert its cell. The shards only spread new-key inserts; contention on
+// one hot key is the cost of its single atomic add.
+//
+// # Cutting and flushing
+//
+// A flush (every Config.Interval, early when Config.MaxKeys keys have gained
+// a delta, on Flush and on Close) first cuts: it atomically swaps each
+// cell's delta with zero and turns every non-zero delta into an op. Each op
+// gets ONE label, chosen at random from Config.Labels(key) so buffering
+// combines with sub-counters, and a random 128-bit token. Ops are sent with
+// the sink's batch call, at most Config.BatchSize per call, each call with
+// its own Config.BatchTimeout, as increments of keyspace.SubKey(key, label)
+// guarded by the token key keyspace.AuxKey(key, label, "tok", token).
+//
+// A failed op keeps its label, token and delta and is retried, with a
+// backoff that starts at Interval and doubles up to Config.MaxBackoff,
+// until the sink acknowledges it. The sink applies a token at most once, so
+// a retry after a timeout or a lost reply never double-counts: a result
+// with Applied false and no error means an earlier attempt was applied, and
+// counts as success. While a key has an op in flight, its new deltas keep
+// accumulating in its cell and are cut only after the op is acknowledged,
+// so a key holds at most one op and one cell.
+//
+// Ops the sink rejects for good (store.ErrOverflow or store.ErrNotInteger
+// on the sub-counter) are not dropped and not re-routed: they stay pending
+// with their token, are retried with backoff, counted in
+// Stats.PermanentErrors and reported to Config.OnError on every attempt,
+// and the key's later deltas wait behind them, visible in Stats.Unflushed
+// and Stats.OldestUnflushed, until the sub-counter accepts the delta.
+//
+// # Retiring and closing
+//
+// A cell that gained nothing for a whole flush interval is retired: the
+// flusher replaces its zero with a dead mark (one compare-and-swap) and
+// drops it from the table. An Add racing with that sees the dead mark in
+// the value its atomic add returns, undoes its add and retries on the
+// locked path, which creates a fresh cell. Close marks every cell dead in
+// the same way, swapping out its last delta, so an Add either lands before
+// the swap (and is flushed) or sees the mark and returns ErrClosed. Close
+// then retries the remaining ops until they are acknowledged or its context
+// ends; in that case it returns ErrUnflushed saying how much was not
+// written. Nothing is ever kept in a lossy structure.
+//
+// # Read-your-writes
+//
+// Pending(key) is this process's delta for key that the sink has not
+// acknowledged (accumulating plus in flight). Call it before reading the
+// cache: a delta is then counted at least once, and twice only during the
+// moment between the sink applying an op and the flusher seeing the reply.
+package buffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// recentSize is the number of slots of Buffer.recent.
+const recentSize = 256
+
+// Named errors. Test with errors.Is.
+var (
+	// ErrOverflow: the Add would take the key's local delta past ±MaxDelta;
+	// nothing was changed. It wraps store.ErrOverflow.
+	ErrOverflow = fmt.Errorf("%w: local delta would pass ±2^62", store.ErrOverflow)
+	// ErrBackpressure: Config.MaxPendingKeys entries are held (usually
+	// because the sink is failing), so a new key cannot be buffered.
+	// Nothing was changed; Adds to keys already buffered still succeed.
+	ErrBackpressure = errors.New("hotcount: buffer full, flushes are behind")
+	// ErrClosed: the buffer was closed; nothing was changed.
+	ErrClosed = errors.New("hotcount: buffer closed")
+	// ErrUnflushed: Flush or Close could not write every delta; the error
+	// says how much is still held. The deltas are kept and retried.
+	ErrUnflushed = errors.New("hotcount: deltas not flushed")
+	// ErrNoLabels: Config.Labels returned no label for a key; its delta is
+	// kept and retried at the next flush.
+	ErrNoLabels = errors.New("hotcount: no active label for key")
+)
+
+// Sink receives flushed increments. store.Store implements it.
+type Sink interface {
+	// IncrMulti applies ops; an op with a TokenKey is applied at most once
+	// per token within its TTL, and the token is checked before anything
+	// else, so a retry of an applied op reports Applied false with no
+	// error. The results match ops; err means nothing was attempted.
+	IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.IncrResult, error)
+}
+
+// Buffer holds process-local deltas and flushes them to a Sink. It is safe
+// for concurrent use. Create it with New and stop it with Close.
+type Buffer struct {
+	sink   Sink
+	cfg    Config
+	seed   maphash.Seed
+	shards [numShards]shard
+	// recent caches cells by the identity (address and length) of the
+	// string their key was created from, so a caller that passes the same
+	// string again (a constant, or a key string it keeps) skips hashing.
+	// A cell retains its key string, so while a slot points at a cell the
+	// bytes cannot be reused for another string.
+	recent [recentSize]atomic.Pointer[cell]
+
+	cells     atomic.Int64 // cells in the tables
+	nops      atomic.Int64 // ops not yet acknowledged
+	dirtyKeys atomic.Int64 // keys that gained a delta since the last cut
+	closed    atomic.Bool
+	kick      chan struct{}
+
+	// flushMu makes flushes exclusive; its holder owns the label, token
+	// and retry fields of every op.
+	flushMu sync.Mutex
+	killed  bool // every cell was marked dead (Close); under flushMu
+	// opsMu guards ops, and makes a cut (cell → op) atomic for Pending.
+	opsMu sync.RWMutex
+	ops   map[string][]*op
+
+	stats counters
+
+	stop       chan struct{}
+	done       chan struct{}
+	cancelLoop context.CancelFunc
+	closeOnce  sync.Once
+}
+
+// New returns a Buffer that flushes to sink, and starts its flusher.
+func New(sink Sink, cfg Config) (*Buffer, error) {
+	if sink == nil {
+		return nil, fmt.Errorf("%w: sink is nil", ErrConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Buffer{
+		sink: sink,
+		cfg:  cfg,
+		seed: maphash.MakeSeed(),
+		kick: make(chan struct{}, 1),
+		ops:  make(map[string][]*op),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	for i := range b.shards {
+		b.shards[i].tab.Store(newTable(minTableSize))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancelLoop = cancel
+	go b.run(ctx, cfg.Clock.NewTicker(cfg.Interval))
+	return b, nil
+}
+
+// Add adds delta to key's local delta. It returns ErrOverflow (nothing
+// changed) if that would pass ±MaxDelta, ErrBackpressure if key is new and
+// the buffer is full, ErrClosed after Close, and an error wrapping
+// keyspace.ErrInvalidKey for an invalid new key. Adding to a key that is
+// already buffered takes no lock and does not allocate.
+func (b *Buffer) Add(key string, delta int64) error {
+	// Fast path, small enough to inline: the caller passes the very string
+	// a cell was created from and a small delta.
+	c := b.recent[recentIndex(key)].Load()
+	if c != nil && unsafe.StringData(c.key) == unsafe.StringData(key) && len(c.key) == len(key) &&
+		uint64(delta+fastLimit) < 2*fastLimit {
+		nv := c.v.Add(delta)
+		if nv-delta >= deadZone && nv <= MaxDelta && nv >= -MaxDelta && c.state.Load() == stateDirty {
+			return nil
+		}
+		return b.addFixup(c, delta, nv)
+	}
+	return b.addLookup(key, delta)
+}
+
+// addLookup finds key's cell by hash and adds to it.
+func (b *Buffer) addLookup(key string, delta int64) error {
+	h := maphash.String(b.seed, key)
+	sh := &b.shards[h>>(64-shardBits)]
+	c := sh.tab.Load().find(h, key)
+	if c == nil {
+		return b.addLocked(sh, h, key, delta)
+	}
+	if unsafe.StringData(c.key) == unsafe.StringData(key) {
+		b.recent[recentIndex(key)].Store(c) // the caller reuses the cell's string
+	}
+	if delta <= -fastLimit || delta >= fastLimit {
+		return b.addBig(c, delta)
+	}
+	return b.addFixup(c, delta, c.v.Add(delta))
+}
+
+// addFixup finishes a small add whose atomic add returned nv: it undoes
+// an add to a retired cell or past the bound, and marks the cell dirty.
+func (b *Buffer) addFixup(c *cell, delta, nv int64) error {
+	if nv-delta < deadZone { // retired or closed: take our add back
+		c.v.Add(-delta)
+		return b.addSlow(c.hash, c.key, delta)
+	}
+	if nv > MaxDelta || nv < -MaxDelta {
+		if before := c.v.Add(-delta) + delta; before < deadZone {
+			// Close swapped the cell out between our add and the undo:
+			// the delta was taken with the rest and will be flushed.
+			return nil
+		}
+		return ErrOverflow
+	}
+	if c.state.Load() != stateDirty {
+		b.markDirty(c)
+	}
+	return nil
+}
+
+// addBig adds a delta too large for the fast path.
+func (b *Buffer) addBig(c *cell, delta int64) error {
+	if dead, err := b.addCAS(c, delta); !dead {
+		return err
+	}
+	return b.addSlow(c.hash, c.key, delta)
+}
+
+// addSlow adds after a retired cell was found: under the lock it finds
+// or creates the live cell.
+func (b *Buffer) addSlow(h uint64, key string, delta int64) error {
+	return b.addLocked(&b.shards[h>>(64-shardBits)], h, key, delta)
+}
+
+// recentIndex picks the slot of Buffer.recent for a string by the address
+// and length of its bytes.
+func recentIndex(key string) uintptr {
+	p := uintptr(unsafe.Pointer(unsafe.StringData(key)))
+	return (p>>3 ^ p>>11 ^ uintptr(len(key))) & (recentSize - 1)
+}
+
+// addCAS adds delta to c with a compare-and-swap loop, so the bound check
+// is exact. It reports dead, changing nothing, if c was retired.
+func (b *Buffer) addCAS(c *cell, delta int64) (dead bool, err error) {
+	for {
+		old := c.v.Load()
+		if old < deadZone {
+			return true, nil
+		}
+		if overflows(old, delta) {
+			return false, ErrOverflow
+		}
+		if c.v.CompareAndSwap(old, old+delta) {
+			if c.state.Load() != stateDirty {
+				b.markDirty(c)
+			}
+			return false, nil
+		}
+	}
+}
+
+// overflows reports whether old+delta passes ±MaxDelta. old may exceed the
+// bound transiently by far less than 2^62, so nothing here wraps.
+func overflows(old, delta int64) bool {
+	if delta > 0 {
+		return old > MaxDelta-delta
+	}
+	return old < -MaxDelta-delta
+}
+
+// addLocked is the path for a key without a live cell: under the shard
+// lock, it finds or creates the cell.
+func (b *Buffer) addLocked(sh *shard, h uint64, key string, delta int64) error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	if c := sh.tab.Load().find(h, key); c != nil {
+		// Cells in the current table are live while we hold the lock.
+		if unsafe.StringData(c.key) == unsafe.StringData(key) {
+			b.recent[recentIndex(key)].Store(c)
+		}
+		_, err := b.addCAS(c, delta)
+		return err
+	}
+	if err := keyspace.Validate(key); err != nil {
+		return err
+	}
+	if delta == 0 {
+		return nil
+	}
+	if delta > MaxDelta || delta < -MaxDelta {
+		return ErrOverflow
+	}
+	if b.cells.Load()+b.nops.Load() >= int64(b.cfg.MaxPendingKeys) {
+		b.stats.backpressure.Add(1)
+		b.kickFlush()
+		return ErrBackpressure
+	}
+	c := &cell{key: key, hash: h}
+	c.v.Store(delta)
+	c.since.Store(b.cfg.Clock.Now().UnixNano())
+	c.state.Store(stateDirty)
+	sh.insert(c)
+	b.recent[recentIndex(key)].Store(c)
+	b.cells.Add(1)
+	if b.dirtyKeys.Add(1) >= int64(b.cfg.MaxKeys) {
+		b.kickFlush()
+	}
+	return nil
+}
+
+// markDirty records the first Add to c since the last cut.
+func (b *Buffer) markDirty(c *cell) {
+	if !c.state.CompareAndSwap(stateClean, stateDirty) {
+		return
+	}
+	c.since.Store(b.cfg.Clock.Now().UnixNano())
+	if b.dirtyKeys.Add(1) >= int64(b.cfg.MaxKeys) {
+		b.kickFlush()
+	}
+}
+
+// kickFlush asks the flusher to flush now, without waiting.
+func (b *Buffer) kickFlush() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Pending returns this process's delta for key that the sink has not yet
+// acknowledged: the accumulating delta plus ops in flight.
+func (b *Buffer) Pending(key string) int64 {
+	h := maphash.String(b.seed, key)
+	sh := &b.shards[h>>(64-shardBits)]
+	b.opsMu.RLock()
+	defer b.opsMu.RUnlock()
+	var sum int64
+	if c := sh.tab.Load().find(h, key); c != nil {
+		if v := c.v.Load(); v >= deadZone {
+			sum = v
+		}
+	}
+	for _, o := range b.ops[key] {
+		sum += o.delta
+	}
+	return sum
+}

@@ -1,0 +1,163 @@
+package buffer
+
+import (
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hotcount/hotcount/store"
+)
+
+// Defaults for the zero values of Config.
+const (
+	// DefaultInterval is how often deltas are flushed.
+	DefaultInterval = 500 * time.Millisecond
+	// DefaultMaxKeys is how many keys may gain a delta between two flushes
+	// before a flush starts early.
+	DefaultMaxKeys = 10_000
+	// DefaultMaxPendingKeys is the default bound on entries held (see
+	// Config.MaxPendingKeys): 20 × DefaultMaxKeys.
+	DefaultMaxPendingKeys = 200_000
+	// DefaultBatchSize is the most ops sent in one IncrMulti call.
+	DefaultBatchSize = 1_000
+	// DefaultBatchTimeout bounds each IncrMulti call.
+	DefaultBatchTimeout = 2 * time.Second
+	// DefaultMaxBackoff caps the wait between retries of a failed op.
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// ErrConfig is wrapped by every configuration error from New.
+var ErrConfig = errors.New("hotcount: invalid buffer config")
+
+// Config configures a Buffer. The zero value of every field except Labels
+// means its documented default. New copies the struct; later changes by the
+// caller have no effect.
+type Config struct {
+	// Interval between timed flushes. Default DefaultInterval.
+	Interval time.Duration
+	// MaxKeys starts a flush early once this many keys have gained a
+	// delta since the last flush. Default DefaultMaxKeys.
+	MaxKeys int
+	// MaxPendingKeys bounds memory: the number of entries held, counting
+	// one per key that has an accumulating cell and one per op cut for a
+	// flush but not yet acknowledged by the sink. When the bound is
+	// reached, Add of a key that has no cell returns ErrBackpressure (Adds
+	// to keys that already have a cell still succeed, as they take no
+	// memory). Nothing is ever dropped. Default DefaultMaxPendingKeys.
+	MaxPendingKeys int
+	// BatchSize is the most ops per IncrMulti call. Default
+	// DefaultBatchSize.
+	BatchSize int
+	// BatchTimeout bounds each IncrMulti call. Default DefaultBatchTimeout.
+	BatchTimeout time.Duration
+	// TokenTTL is how long the sink remembers a flush token. Exactly-once
+	// holds while an op's retries happen within TokenTTL of its first
+	// send. Default store.DefaultTokenTTL.
+	TokenTTL time.Duration
+	// MaxBackoff caps the wait before an op that failed is retried; the
+	// wait starts at Interval and doubles per failure. Default
+	// DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// Labels returns the active write labels of a counter key; each flush
+	// of a key sends its whole delta to one label chosen at random from
+	// this list. Required. It is called from the flushing goroutine only.
+	Labels func(key string) []string
+	// Clock provides time; nil means the system clock.
+	Clock Clock
+	// Rand returns random 64-bit values for label choice and flush tokens.
+	// nil means a ChaCha8 generator seeded from crypto/rand. It is called
+	// from the flushing goroutine only, never concurrently.
+	Rand func() uint64
+	// OnError, when set, is told about every failed flush call and every
+	// op the sink rejected. It is called from the flushing goroutine and
+	// must not block for long.
+	OnError func(error)
+}
+
+// withDefaults returns a validated copy of c with defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	if c.Labels == nil {
+		return c, fmt.Errorf("%w: Labels is required", ErrConfig)
+	}
+	checks := []struct {
+		name string
+		bad  bool
+	}{
+		{"Interval", c.Interval < 0},
+		{"MaxKeys", c.MaxKeys < 0},
+		{"MaxPendingKeys", c.MaxPendingKeys < 0},
+		{"BatchSize", c.BatchSize < 0},
+		{"BatchTimeout", c.BatchTimeout < 0},
+		{"TokenTTL", c.TokenTTL < 0},
+		{"MaxBackoff", c.MaxBackoff < 0},
+	}
+	for _, ch := range checks {
+		if ch.bad {
+			return c, fmt.Errorf("%w: %s is negative", ErrConfig, ch.name)
+		}
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxPendingKeys == 0 {
+		c.MaxPendingKeys = DefaultMaxPendingKeys
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = store.DefaultTokenTTL
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.MaxBackoff < c.Interval {
+		c.MaxBackoff = c.Interval
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Rand == nil {
+		var seed [32]byte
+		_, _ = crand.Read(seed[:]) // never fails (crypto/rand panics instead)
+		c.Rand = rand.NewChaCha8(seed).Uint64
+	}
+	return c, nil
+}
+
+// Clock is the source of time. Tests inject a clock they advance by hand.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTicker returns a ticker that fires every d.
+	NewTicker(d time.Duration) Ticker
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// Ticker is the part of time.Ticker that the flusher uses.
+type Ticker interface {
+	// C is the channel the ticks arrive on.
+	C() <-chan time.Time
+	// Stop stops the ticker.
+	Stop()
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (systemClock) NewTicker(d time.Duration) Ticker       { return systemTicker{time.NewTicker(d)} }
+
+type systemTicker struct{ t *time.Ticker }
+
+func (t systemTicker) C() <-chan time.Time { return t.t.C }
+func (t systemTicker) Stop()               { t.t.Stop() }

@@ -1,0 +1,342 @@
+package buffer
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// op is one key's delta cut for a flush. key, delta and since never change;
+// the other fields belong to the flushMu holder. label and token are fixed
+// by the first send and reused by every retry.
+type op struct {
+	key   string
+	delta int64
+	since int64 // UnixNano when the oldest part of delta was added
+
+	sent     bool
+	label    string
+	token    string
+	attempts int       // failed sends so far
+	nextTry  time.Time // earliest timed retry
+}
+
+// run is the flusher goroutine: a flush per tick or kick, until stop.
+func (b *Buffer) run(ctx context.Context, t Ticker) {
+	defer close(b.done)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C():
+		case <-b.kick:
+		}
+		b.flushMu.Lock()
+		b.cut(false)
+		b.send(ctx, false)
+		b.flushMu.Unlock()
+	}
+}
+
+// Flush cuts every accumulated delta and sends every pending op now,
+// ignoring backoff, once. It returns an error wrapping ErrUnflushed if any
+// op is still unacknowledged afterwards (it stays pending and is retried).
+func (b *Buffer) Flush(ctx context.Context) error {
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
+	b.cut(false)
+	if cause := b.send(ctx, true); cause != nil {
+		return b.unflushed(cause)
+	}
+	return nil
+}
+
+// Close stops the flusher, takes every accumulated delta and retries the
+// pending ops, with backoff, until all are acknowledged or ctx ends. In
+// that case it returns an error wrapping ErrUnflushed that says how much is
+// still held; calling Close again resumes the retries. Add returns
+// ErrClosed once Close has begun. Close is idempotent.
+func (b *Buffer) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		close(b.stop)
+		b.cancelLoop()
+	})
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return b.unflushed(ctx.Err())
+	}
+	b.flushMu.Lock()
+	if !b.killed {
+		b.cut(true)
+		b.killed = true
+	}
+	b.flushMu.Unlock()
+	for failures := 0; ; failures++ {
+		b.flushMu.Lock()
+		cause := b.send(ctx, true)
+		b.flushMu.Unlock()
+		if cause == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return b.unflushed(cause)
+		}
+		select {
+		case <-ctx.Done():
+			return b.unflushed(cause)
+		case <-b.cfg.Clock.After(b.backoff(failures + 1)):
+		}
+	}
+}
+
+// unflushed describes what is still held.
+func (b *Buffer) unflushed(cause error) error {
+	s := b.Stats()
+	return fmt.Errorf("%w: %d keys, delta %+d (sum of magnitudes %d) not yet written: %w",
+		ErrUnflushed, s.PendingKeys, s.Unflushed, s.UnflushedAbs, cause)
+}
+
+// backoff is the wait after the n-th consecutive failure (n ≥ 1).
+func (b *Buffer) backoff(n int) time.Duration {
+	d := b.cfg.Interval
+	for i := 1; i < n && d < b.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, b.cfg.MaxBackoff)
+}
+
+// cut moves every accumulated delta of a key without a pending op into a
+// new op, and retires cells that gained nothing since the previous cut.
+// With kill (Close), it takes every cell's delta, marks every cell dead
+// and empties the tables, so later Adds fail with ErrClosed. Caller holds
+// flushMu.
+func (b *Buffer) cut(kill bool) {
+	now := b.cfg.Clock.Now().UnixNano()
+	b.opsMu.Lock()
+	defer b.opsMu.Unlock()
+	b.dirtyKeys.Store(0)
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		retired := 0
+		for j := range t.slots {
+			c := t.slots[j].Load()
+			if c == nil {
+				continue
+			}
+			if kill {
+				if x := c.v.Swap(deadMark); x != 0 {
+					b.addOp(c.key, x, sinceOf(c, now))
+				}
+				continue
+			}
+			if len(b.ops[c.key]) > 0 {
+				continue // its op must be acknowledged first
+			}
+			if c.state.Load() == stateClean && c.v.CompareAndSwap(0, deadMark) {
+				retired++
+				continue
+			}
+			since := sinceOf(c, now)
+			c.state.Store(stateClean)
+			if x := c.v.Swap(0); x != 0 {
+				b.addOp(c.key, x, since)
+			}
+		}
+		switch {
+		case kill:
+			b.cells.Add(-int64(t.n))
+			sh.tab.Store(newTable(minTableSize))
+		case retired > 0:
+			b.cells.Add(-int64(retired))
+			sh.rebuild(func(c *cell) bool { return c.v.Load() >= deadZone })
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// sinceOf is when c's current delta began, or now if c is marked clean
+// (an Add is still between its add and its mark).
+func sinceOf(c *cell, now int64) int64 {
+	if c.state.Load() == stateDirty {
+		return c.since.Load()
+	}
+	return now
+}
+
+// addOp records a new op; caller holds opsMu.
+func (b *Buffer) addOp(key string, delta, since int64) {
+	b.ops[key] = append(b.ops[key], &op{key: key, delta: delta, since: since})
+	b.nops.Add(1)
+}
+
+// send sends pending ops (all of them if force, else those whose backoff
+// has passed) in batches, and returns the first error if any op remains
+// unacknowledged. Caller holds flushMu.
+func (b *Buffer) send(ctx context.Context, force bool) error {
+	now := b.cfg.Clock.Now()
+	var due []*op
+	pending := 0
+	b.opsMu.RLock()
+	for _, list := range b.ops {
+		for _, o := range list {
+			pending++
+			if force || !o.nextTry.After(now) {
+				due = append(due, o)
+			}
+		}
+	}
+	b.opsMu.RUnlock()
+	if pending == 0 {
+		return nil
+	}
+	var firstErr error
+	fail := func(o *op, err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+		o.attempts++
+		o.nextTry = now.Add(b.backoff(o.attempts))
+	}
+	ready := due[:0]
+	for _, o := range due {
+		if !o.sent && !b.assign(o) {
+			err := fmt.Errorf("%w: %q", ErrNoLabels, o.key)
+			b.report(err)
+			fail(o, err)
+			continue
+		}
+		ready = append(ready, o)
+	}
+	if len(ready) > 0 {
+		b.stats.flushes.Add(1)
+	}
+	var done []*op
+	for start := 0; start < len(ready); start += b.cfg.BatchSize {
+		chunk := ready[start:min(start+b.cfg.BatchSize, len(ready))]
+		done = b.sendChunk(ctx, chunk, done, fail)
+	}
+	if len(done) > 0 {
+		b.opsMu.Lock()
+		for _, o := range done {
+			b.removeOp(o)
+		}
+		b.opsMu.Unlock()
+	}
+	if len(done) < pending {
+		if firstErr == nil {
+			firstErr = errors.New("retry not yet due")
+		}
+		if len(done) < len(ready) || len(ready) < len(due) {
+			b.stats.flushErrors.Add(1)
+		}
+		return firstErr
+	}
+	return nil
+}
+
+// assign fixes o's label and token before its first send.
+func (b *Buffer) assign(o *op) bool {
+	labels := b.cfg.Labels(o.key)
+	if len(labels) == 0 {
+		return false
+	}
+	o.label = labels[b.cfg.Rand()%uint64(len(labels))]
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], b.cfg.Rand())
+	binary.BigEndian.PutUint64(raw[8:], b.cfg.Rand())
+	o.token = hex.EncodeToString(raw[:])
+	o.sent = true
+	return true
+}
+
+// sendChunk makes one IncrMulti call with its own timeout, appends the ops
+// it settled to done and calls fail for the others.
+func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op, error)) []*op {
+	ops := make([]store.IncrOp, len(chunk))
+	for i, o := range chunk {
+		if o.attempts > 0 {
+			b.stats.retries.Add(1)
+		}
+		ops[i] = store.IncrOp{
+			Key:      keyspace.SubKey(o.key, o.label),
+			Delta:    o.delta,
+			TokenKey: keyspace.AuxKey(o.key, o.label, "tok", o.token),
+			TTL:      b.cfg.TokenTTL,
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
+	res, err := b.sink.IncrMulti(cctx, ops)
+	cancel()
+	if err == nil && len(res) != len(ops) {
+		err = fmt.Errorf("%w: sink returned %d results for %d ops", store.ErrUnavailable, len(res), len(ops))
+	}
+	if err != nil {
+		err = fmt.Errorf("hotcount: flush of %d ops: %w", len(ops), err)
+		b.report(err)
+		for _, o := range chunk {
+			fail(o, err)
+		}
+		return done
+	}
+	var transient error
+	for i, r := range res {
+		o := chunk[i]
+		switch {
+		case r.Err == nil && r.Applied:
+			b.stats.applied.Add(1)
+			done = append(done, o)
+		case r.Err == nil && false:
+			b.stats.skipped.Add(1) // the token was used: an earlier attempt applied it
+			done = append(done, o)
+		case errors.Is(r.Err, store.ErrOverflow) || errors.Is(r.Err, store.ErrNotInteger):
+			b.stats.permanent.Add(1)
+			perr := fmt.Errorf("hotcount: %s rejected delta %+d, kept for retry: %w", ops[i].Key, o.delta, r.Err)
+			b.report(perr)
+			fail(o, perr)
+		default:
+			if transient == nil {
+				transient = fmt.Errorf("hotcount: flush of %s: %w", ops[i].Key, r.Err)
+			}
+			fail(o, transient)
+		}
+	}
+	if transient != nil {
+		b.report(transient)
+	}
+	return done
+}
+
+// removeOp forgets an acknowledged op; caller holds opsMu.
+func (b *Buffer) removeOp(o *op) {
+	list := b.ops[o.key]
+	for i, x := range list {
+		if x == o {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(b.ops, o.key)
+	} else {
+		b.ops[o.key] = list
+	}
+	b.nops.Add(-1)
+}
+
+// report passes err to Config.OnError.
+func (b *Buffer) report(err error) {
+	if b.cfg.OnError != nil {
+		b.cfg.OnError(err)
+	}
+}

@@ -1,0 +1,133 @@
+package buffer
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of one Buffer's gauges and counters.
+type Stats struct {
+	// Unflushed is the signed sum of every delta not yet acknowledged by
+	// the sink (accumulating and in flight), saturated at the int64 range.
+	Unflushed int64
+	// UnflushedAbs is the sum of the magnitudes of the unacknowledged
+	// deltas (a key's accumulating delta and each of its ops counted
+	// apart), saturated at the uint64 range.
+	UnflushedAbs uint64
+	// PendingKeys is the number of keys with a non-zero unacknowledged
+	// delta.
+	PendingKeys int
+	// InFlight is the number of ops cut for a flush and not yet
+	// acknowledged.
+	InFlight int
+	// HeldKeys is the number of entries counted against
+	// Config.MaxPendingKeys: cells plus ops in flight.
+	HeldKeys int
+	// OldestUnflushed is the age of the oldest unacknowledged delta; zero
+	// when there is none.
+	OldestUnflushed time.Duration
+
+	// Flushes counts flush rounds that sent at least one op.
+	Flushes uint64
+	// FlushErrors counts flush rounds in which some op failed.
+	FlushErrors uint64
+	// Retries counts ops sent again after a failure.
+	Retries uint64
+	// OpsApplied counts ops the sink applied.
+	OpsApplied uint64
+	// OpsSkipped counts ops the sink reported as already applied (their
+	// token was used by an earlier attempt whose reply was lost).
+	OpsSkipped uint64
+	// PermanentErrors counts op attempts the sub-counter rejected
+	// (store.ErrOverflow, store.ErrNotInteger); those deltas are kept.
+	PermanentErrors uint64
+	// Backpressure counts Adds refused with ErrBackpressure.
+	Backpressure uint64
+}
+
+type counters struct {
+	flushes, flushErrors, retries, applied, skipped, permanent, backpressure atomic.Uint64
+}
+
+// Stats returns a snapshot of the gauges and counters. It scans every
+// buffered key, so call it at metrics-scrape rate, not per request.
+func (b *Buffer) Stats() Stats {
+	s := Stats{
+		Flushes:         b.stats.flushes.Load(),
+		FlushErrors:     b.stats.flushErrors.Load(),
+		Retries:         b.stats.retries.Load(),
+		OpsApplied:      b.stats.applied.Load(),
+		OpsSkipped:      b.stats.skipped.Load(),
+		PermanentErrors: b.stats.permanent.Load(),
+		Backpressure:    b.stats.backpressure.Load(),
+	}
+	now := b.cfg.Clock.Now().UnixNano()
+	oldest := int64(math.MaxInt64)
+	b.opsMu.RLock()
+	defer b.opsMu.RUnlock()
+	for _, list := range b.ops {
+		var sum int64
+		for _, o := range list {
+			sum = satAdd(sum, o.delta)
+			oldest = min(oldest, o.since)
+			s.InFlight++
+		}
+		s.PendingKeys++
+		s.add(sum)
+	}
+	cells := 0
+	for i := range b.shards {
+		t := b.shards[i].tab.Load()
+		for j := range t.slots {
+			c := t.slots[j].Load()
+			if c == nil {
+				continue
+			}
+			v := c.v.Load()
+			if v < deadZone {
+				continue
+			}
+			cells++
+			if v == 0 {
+				continue
+			}
+			oldest = min(oldest, sinceOf(c, now))
+			if _, ok := b.ops[c.key]; !ok {
+				s.PendingKeys++
+			}
+			s.add(v)
+		}
+	}
+	s.HeldKeys = cells + s.InFlight
+	if oldest != math.MaxInt64 && oldest < now {
+		s.OldestUnflushed = time.Duration(now - oldest)
+	}
+	return s
+}
+
+// add accounts one key's (or one part of a key's) delta.
+func (s *Stats) add(v int64) {
+	s.Unflushed = satAdd(s.Unflushed, v)
+	mag := uint64(v)
+	if v < 0 {
+		mag = -uint64(v)
+	}
+	if s.UnflushedAbs+mag < s.UnflushedAbs {
+		s.UnflushedAbs = math.MaxUint64
+	} else {
+		s.UnflushedAbs += mag
+	}
+}
+
+// satAdd returns a+b clamped to the int64 range.
+func satAdd(a, b int64) int64 {
+	c := a + b
+	switch {
+	case b > 0 && c < a:
+		return math.MaxInt64
+	case b < 0 && c > a:
+		return math.MinInt64
+	}
+	return c
+}

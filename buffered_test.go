@@ -1,0 +1,105 @@
+package hotcount_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+)
+
+func TestBufferedExactAndReadYourWrites(t *testing.T) {
+	for _, b := range allBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := b.open(t)
+			c, err := hotcount.New(ctx, hotcount.Config{Store: st, N: 4, Buffered: true, FlushInterval: time.Hour, NoReadCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := uniqueKey(t)
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 1000 {
+						if err := c.Incr(ctx, key, 2); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			// Nothing flushed yet (the interval is an hour), yet this
+			// process reads its own writes.
+			sub, _ := c.SubKeys(key)
+			var raw int64
+			for _, v := range b.raw(t, sub) {
+				raw += v
+			}
+			if raw != 0 {
+				t.Fatalf("cache holds %d before any flush", raw)
+			}
+			if r, err := c.Get(ctx, key); err != nil || r.Value != 32000 {
+				t.Fatalf("Get = %+v, %v; want 32000 from the local delta", r, err)
+			}
+			if s := c.BufferStats(); s.Unflushed != 32000 || s.PendingKeys != 1 {
+				t.Fatalf("stats before Close: %+v", s)
+			}
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			raw = 0
+			for _, v := range b.raw(t, sub) {
+				raw += v
+			}
+			if raw != 32000 {
+				t.Fatalf("after Close the cache holds %d, want 32000", raw)
+			}
+			if err := c.Incr(ctx, key, 1); err != hotcount.ErrClosed {
+				t.Fatalf("Incr after Close: %v", err)
+			}
+		})
+	}
+}
+
+func TestBufferedNamespaceOnly(t *testing.T) {
+	ctx := context.Background()
+	st := mustMem(t)
+	c := newClient(t, st, hotcount.Config{N: 2, NoReadCache: true, FlushInterval: time.Hour,
+		Namespaces: []hotcount.Namespace{{Prefix: "views:", Buffered: true}}})
+	if err := c.Incr(ctx, "views:1", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Incr(ctx, "likes:1", 5); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(key string) int64 {
+		sub, _ := c.SubKeys(key)
+		v, _ := st.Get(ctx, sub)
+		return v[0] + v[1]
+	}
+	if raw("views:1") != 0 || raw("likes:1") != 5 {
+		t.Fatalf("views (buffered) %d, likes (direct) %d", raw("views:1"), raw("likes:1"))
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if raw("views:1") != 5 {
+		t.Fatalf("after Flush views holds %d", raw("views:1"))
+	}
+	// Clear flushes first, so a buffered delta cannot land after it.
+	_ = c.Incr(ctx, "views:1", 7)
+	if err := c.Clear(ctx, "views:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.Get(ctx, "views:1"); r.Value != 0 || raw("views:1") != 0 {
+		t.Fatalf("after Clear: read %d, raw %d", r.Value, raw("views:1"))
+	}
+}

@@ -1,0 +1,271 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotcount/hotcount/store"
+)
+
+// Committer defaults, used when the CommitterConfig field is zero.
+const (
+	DefaultMaxBatch      = 2048
+	DefaultMaxDelay      = 2 * time.Millisecond
+	DefaultCommitTimeout = 10 * time.Second
+)
+
+// CommitterConfig configures a Committer. The zero value is the documented
+// default of every field.
+type CommitterConfig struct {
+	// MaxBatch is the most events in one batch (default DefaultMaxBatch).
+	MaxBatch int
+	// MaxDelay is how long after the first event of a batch arrived the
+	// batch is cut, if it has not filled (default DefaultMaxDelay).
+	MaxDelay time.Duration
+	// CommitTimeout bounds each batch's AppendEvents call (default
+	// DefaultCommitTimeout).
+	CommitTimeout time.Duration
+	// MaxInFlight is how many batches may be committing at once (default
+	// 1: one at a time, in order). More lets a backend with a connection
+	// pool overlap commits; a single-writer backend gains nothing from it.
+	MaxInFlight int
+	// Clock is the time source (default SystemClock).
+	Clock Clock
+}
+
+func (c CommitterConfig) withDefaults() (CommitterConfig, error) {
+	if c.MaxBatch < 0 || c.MaxDelay < 0 || c.CommitTimeout < 0 || c.MaxInFlight < 0 {
+		return c, fmt.Errorf("%w: negative committer setting %+v", ErrInvalidConfig, c)
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = DefaultMaxDelay
+	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = DefaultCommitTimeout
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	return c, nil
+}
+
+// batch is a group of events committed together. Its waiters block on
+// done; dup and err are written before done is closed.
+type batch struct {
+	events []Event
+	first  time.Time // arrival of events[0]
+	dup    []bool
+	err    error
+	done   chan struct{}
+}
+
+// Committer group-commits events: many goroutines Append, one owning
+// goroutine writes whole batches with Appender.AppendEvents. It does not
+// own the Appender; close the backend after the Committer.
+type Committer struct {
+	log Appender
+	cfg CommitterConfig
+
+	mu      sync.Mutex
+	cur     *batch   // filling; nil when empty
+	ready   []*batch // sealed at MaxBatch, oldest first
+	closing bool
+
+	wake  chan struct{} // cap 1: a batch started or sealed, or Close
+	slots chan struct{} // cap MaxInFlight: one token per committing batch
+	done  chan struct{} // closed when the owner has drained and exited
+
+	batches, events, failed atomic.Uint64
+}
+
+// CommitterStats are a Committer's running totals.
+type CommitterStats struct {
+	// Batches is the number of AppendEvents calls made.
+	Batches uint64
+	// Events is the number of events in them (duplicates included).
+	Events uint64
+	// Failed is the number of events whose batch returned an error.
+	Failed uint64
+}
+
+// Stats returns the running totals.
+func (c *Committer) Stats() CommitterStats {
+	return CommitterStats{Batches: c.batches.Load(), Events: c.events.Load(), Failed: c.failed.Load()}
+}
+
+// NewCommitter starts a committer writing to log.
+func NewCommitter(log Appender, cfg CommitterConfig) (*Committer, error) {
+	if log == nil {
+		return nil, fmt.Errorf("%w: nil Appender", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Committer{
+		log:   log,
+		cfg:   cfg,
+		wake:  make(chan struct{}, 1),
+		slots: make(chan struct{}, cfg.MaxInFlight),
+		done:  make(chan struct{}),
+	}
+	go c.run()
+	return c, nil
+}
+
+// Append adds e to the current batch and blocks until that batch has
+// committed. dup reports that e.ID was seen before (within the dedup window
+// or earlier in the batch) and was not counted again. When ctx ends first,
+// Append returns its error but the event may still commit: retry with the
+// same ID, which is safe. After Close, Append returns store.ErrClosed.
+func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
+	if !ValidKey(e.Key) || !ValidKey(e.ID) {
+		return false, fmt.Errorf("%w: key %q id %q", ErrInvalidEvent, e.Key, e.ID)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return false, store.ErrClosed
+	}
+	b := c.cur
+	if b == nil {
+		b = &batch{
+			events: make([]Event, 0, min(c.cfg.MaxBatch, 64)),
+			first:  c.cfg.Clock.Now(),
+			done:   make(chan struct{}),
+		}
+		c.cur = b
+		c.signal()
+	}
+	i := len(b.events)
+	b.events = append(b.events, e)
+	if len(b.events) >= c.cfg.MaxBatch {
+		c.ready = append(c.ready, b)
+		c.cur = nil
+		c.signal()
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	if b.err != nil {
+		return false, b.err
+	}
+	return b.dup[i], nil
+}
+
+// signal wakes the owner; the caller holds mu.
+func (c *Committer) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops accepting events, commits every accepted one and waits for
+// that (or ctx). It is idempotent; a later call waits again.
+func (c *Committer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closing = true
+	c.signal()
+	c.mu.Unlock()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the owning goroutine: it takes a commit slot, then picks the next
+// batch, waiting until MaxDelay after a partial batch's first event, and
+// commits it in the background. While every slot is busy the current batch
+// keeps filling, so batches grow with load. On Close it commits what is
+// left and waits for every commit.
+func (c *Committer) run() {
+	defer close(c.done)
+	defer func() { // wait for the commits in flight
+		for range cap(c.slots) {
+			c.slots <- struct{}{}
+		}
+	}()
+	for {
+		c.slots <- struct{}{} // a free slot; released when the commit ends
+		if !c.next() {
+			<-c.slots
+			return
+		}
+	}
+}
+
+// next waits for the next batch and starts its commit; it returns false
+// when the committer is closing and has nothing left.
+func (c *Committer) next() bool {
+	for {
+		c.mu.Lock()
+		var b *batch
+		var wait time.Duration
+		switch {
+		case len(c.ready) > 0:
+			b = c.ready[0]
+			c.ready[0] = nil
+			c.ready = c.ready[1:]
+		case c.cur != nil:
+			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(c.cfg.Clock.Now())
+			if wait <= 0 || c.closing {
+				b, c.cur = c.cur, nil
+			}
+		case c.closing:
+			c.mu.Unlock()
+			return false
+		}
+		c.mu.Unlock()
+
+		if b != nil {
+			go c.commit(b)
+			return true
+		}
+		if wait > 0 {
+			select {
+			case <-c.cfg.Clock.After(wait):
+			case <-c.wake:
+			}
+			continue
+		}
+		<-c.wake
+	}
+}
+
+// commit writes one batch, releases its waiters and frees its slot.
+func (c *Committer) commit(b *batch) {
+	defer func() { <-c.slots }()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CommitTimeout)
+	dup, err := c.log.AppendEvents(ctx, b.events)
+	cancel()
+	if err == nil && len(dup) != len(b.events) {
+		err = fmt.Errorf("%w: durable append returned %d flags for %d events",
+			store.ErrUnavailable, len(dup), len(b.events))
+	}
+	b.dup, b.err = dup, err
+	c.batches.Add(1)
+	c.events.Add(uint64(len(b.events)))
+	if err != nil {
+		c.failed.Add(uint64(len(b.events)))
+	}
+	close(b.done)
+}
