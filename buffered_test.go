@@ -35,7 +35,7 @@ func TestBufferedExactAndReadYourWrites(t *testing.T) {
 			wg.Wait()
 			// Nothing flushed yet (the interval is an hour), yet this
 			// process reads its own writes.
-			sub, _ := c.SubKeys(key)
+			sub, _ := c.SubKeys(context.Background(), key)
 			var raw int64
 			for _, v := range b.raw(t, sub) {
 				raw += v
@@ -78,7 +78,7 @@ func TestBufferedNamespaceOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := func(key string) int64 {
-		sub, _ := c.SubKeys(key)
+		sub, _ := c.SubKeys(context.Background(), key)
 		v, _ := st.Get(ctx, sub)
 		return v[0] + v[1]
 	}

@@ -26,3 +26,6 @@ func (d *durability) closeLog(ctx context.Context) error { return nil }
 
 // close takes a last checkpoint and stops the checkpointer.
 func (d *durability) close(ctx context.Context) error { return nil }
+
+// cleared notes that key was cleared.
+func (d *durability) cleared(key string) {}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/meta"
 	"github.com/hotcount/hotcount/store"
 )
 
@@ -49,7 +50,8 @@ type Client struct {
 
 	buf   *buffer.Buffer   // nil when no key is buffered
 	dur   *durability      // nil without a durable store
-	naive map[int][]string // label sets by N
+	naive map[int][]string // label sets by N, when there is no metadata
+	meta  *meta.Manager    // label sets, resizing; nil if the store has no metadata
 
 	flight singleflight.Group
 	cache  readCache
@@ -102,6 +104,25 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.ownsStore = true
 	}
+	if mb, ok := c.st.(meta.Backend); ok {
+		mcfg := meta.Config{
+			TTL:      s.MetaTTL,
+			Clock:    metaClock{now: c.now},
+			DefaultN: func(key string) int { return c.cfg.namespace(key).N },
+			Naive:    s.NaiveLabels,
+			Rand:     c.rand,
+		}
+		if s.Durable != nil {
+			mcfg.Durable = durableMeta{s.Durable}
+		}
+		c.meta, err = meta.NewManager(mb, mcfg)
+		if err != nil {
+			if c.ownsStore {
+				_ = c.st.Close()
+			}
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
 	if s.anyDurable() && s.Durable == nil {
 		if c.ownsStore {
 			_ = c.st.Close()
@@ -114,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			MaxKeys:        s.MaxBufferedKeys,
 			MaxPendingKeys: s.MaxPendingKeys,
 			BatchTimeout:   s.Timeout,
-			Labels:         c.Labels,
+			Labels:         c.writeLabels,
 			Rand:           c.rand,
 		})
 		if err != nil {
@@ -137,18 +158,40 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // Store returns the backend the Client uses.
 func (c *Client) Store() store.Store { return c.st }
 
-// Labels returns the labels of key's sub-counters. The slice is shared:
-// do not modify it.
-func (c *Client) Labels(key string) []string {
-	return c.naive[c.cfg.namespace(key).N]
+// Labels returns the labels of key's sub-counters: write is the active
+// set that increments go to, read every label that may hold a value. The
+// slices are shared: do not modify them. Without metadata support in the
+// store both are the naive labels "0".."N-1".
+func (c *Client) Labels(ctx context.Context, key string) (write, read []string, err error) {
+	if c.meta == nil {
+		l := c.naive[c.cfg.namespace(key).N]
+		return l, l, nil
+	}
+	return c.meta.Labels(ctx, key)
 }
 
-// SubKeys returns the cache keys of key's sub-counters.
-func (c *Client) SubKeys(key string) ([]string, error) {
+// writeLabels is the buffer's label source: the active labels, or none
+// (the buffer then keeps the delta and retries) when they cannot be read.
+func (c *Client) writeLabels(key string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	w, _, err := c.Labels(ctx, key)
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
+// SubKeys returns the cache keys of every sub-counter of key that may hold
+// a value (the read set).
+func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 	if err := keyspace.Validate(key); err != nil {
 		return nil, err
 	}
-	labels := c.Labels(key)
+	_, labels, err := c.Labels(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]string, len(labels))
 	for i, l := range labels {
 		out[i] = keyspace.SubKey(key, l)
@@ -180,10 +223,13 @@ func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 		}
 		return nil
 	}
-	labels := c.Labels(key)
-	label := labels[pick(c.rand(), len(labels))]
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	labels, _, err := c.Labels(ctx, key)
+	if err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	label := labels[pick(c.rand(), len(labels))]
 	if _, err := c.st.IncrBy(ctx, keyspace.SubKey(key, label), delta); err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
@@ -311,16 +357,20 @@ func (c *Client) cached(key string) (Reading, bool) {
 // fetch reads the sub-counters of keys in one Get (one round per node),
 // sums them and refreshes the cache.
 func (c *Client) fetch(ctx context.Context, keys []string) (map[string]Reading, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
 	var sub []string
 	spans := make([]int, len(keys)+1)
 	for i, k := range keys {
-		for _, l := range c.Labels(k) {
+		_, read, err := c.Labels(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("read %q: %w", k, err)
+		}
+		for _, l := range read {
 			sub = append(sub, keyspace.SubKey(k, l))
 		}
 		spans[i+1] = len(sub)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
 	at := c.now()
 	vals, err := c.st.Get(ctx, sub)
 	if err != nil {
@@ -358,7 +408,7 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	sub, err := c.SubKeys(key)
+	sub, err := c.SubKeys(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -375,6 +425,9 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 		return fmt.Errorf("clear %q: %w", key, err)
 	}
 	c.cache.drop(key)
+	if c.dur != nil {
+		c.dur.cleared(key) // the next checkpoint saves the cleared value
+	}
 	return nil
 }
 

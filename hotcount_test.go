@@ -123,7 +123,7 @@ func TestExactTotalConcurrent(t *testing.T) {
 			if r.Value != want.Load() || r.Stale != 0 || r.N != 8 {
 				t.Fatalf("Get = %+v, want value %d, fresh, N 8", r, want.Load())
 			}
-			sub, _ := c.SubKeys(key)
+			sub, _ := c.SubKeys(context.Background(), key)
 			var rawSum int64
 			for _, v := range b.raw(t, sub) {
 				rawSum += v
@@ -157,7 +157,7 @@ func TestUniformChoice(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			sub, _ := c.SubKeys(key)
+			sub, _ := c.SubKeys(context.Background(), key)
 			vals := b.raw(t, sub)
 			for i, v := range vals {
 				share := float64(v) / total
@@ -181,7 +181,7 @@ func TestReadCostEmbedded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sub, _ := c.SubKeys(key)
+	sub, _ := c.SubKeys(context.Background(), key)
 	topo, _ := st.Topology(ctx)
 	perNode := map[string]int64{}
 	for _, k := range sub {
@@ -241,7 +241,8 @@ func TestStalenessAndReadYourWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	// another writer, not this process:
-	if _, err := st.IncrBy(ctx, keyspace.SubKey("k", "0"), 100); err != nil {
+	w, _, _ := c.Labels(ctx, "k")
+	if _, err := st.IncrBy(ctx, keyspace.SubKey("k", w[0]), 100); err != nil {
 		t.Fatal(err)
 	}
 	r, _ = c.Get(ctx, "k")
@@ -366,7 +367,7 @@ func TestClear(t *testing.T) {
 			if err != nil || r.Value != 0 {
 				t.Fatalf("after Clear: %+v %v", r, err)
 			}
-			sub, _ := c.SubKeys(key)
+			sub, _ := c.SubKeys(context.Background(), key)
 			for i, v := range b.raw(t, sub) {
 				if v != 0 {
 					t.Errorf("%s still holds %d", sub[i], v)
@@ -461,7 +462,8 @@ func TestSumOverflowIsReported(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
 	c := newClient(t, st, hotcount.Config{N: 2, NoReadCache: true})
 	ctx := context.Background()
-	for _, l := range c.Labels("k") {
+	_, read, _ := c.Labels(ctx, "k")
+	for _, l := range read {
 		if _, err := st.IncrBy(ctx, keyspace.SubKey("k", l), math.MaxInt64); err != nil {
 			t.Fatal(err)
 		}
@@ -481,7 +483,8 @@ func TestNamespaces(t *testing.T) {
 		},
 	})
 	for key, want := range map[string]int{"likes:user:1": 16, "likes:post:1": 32, "views:x": 4, "other": 4} {
-		if got := len(c.Labels(key)); got != want {
+		w, _, _ := c.Labels(context.Background(), key)
+		if got := len(w); got != want {
 			t.Errorf("%s: N = %d, want %d", key, got, want)
 		}
 	}

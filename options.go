@@ -52,6 +52,14 @@ type Config struct {
 	// NoReadCache turns the summed-read cache off: every Get reads the
 	// sub-counters.
 	NoReadCache bool
+	// MetaTTL is how long a counter's label sets are cached; a resize is
+	// seen by every Client within it. 0 means 2 s. Every Client of one
+	// cache must use the same MetaTTL (or a shorter one).
+	MetaTTL time.Duration
+	// NaiveLabels gives counters without metadata the labels "0".."N-1"
+	// instead of labels placed on distinct primaries (for comparison, and
+	// for counters written before placement).
+	NaiveLabels bool
 	// Buffered turns on buffered deltas for keys that no namespace
 	// matches: Incr adds to a process-local delta, and a flusher sends one
 	// idempotent increment per key every FlushInterval, when MaxBufferedKeys
@@ -168,6 +176,9 @@ func (c Config) validate() (settings, error) {
 	}
 	if s.ReadCacheTTL < 0 {
 		return bad("ReadCacheTTL must not be negative (use NoReadCache), got %v", c.ReadCacheTTL)
+	}
+	if s.MetaTTL < 0 {
+		return bad("MetaTTL must not be negative, got %v", c.MetaTTL)
 	}
 	if s.FlushInterval < 0 || s.MaxBufferedKeys < 0 || s.MaxPendingKeys < 0 {
 		return bad("FlushInterval, MaxBufferedKeys and MaxPendingKeys must not be negative")

@@ -30,6 +30,8 @@ var commands = map[string]command{
 	"simulate": {"model strategies on K nodes under Zipf traffic and a viral key", runSimulate},
 	"incr":     {"add to a counter", runIncr},
 	"get":      {"read a counter", runGet},
+	"shards":   {"show where a counter's sub-counters live", runShards},
+	"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
 }
 
 // version is set at build time with -ldflags "-X main.version=...".

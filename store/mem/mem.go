@@ -39,6 +39,7 @@ type Store struct {
 	nodes  []*node
 	now    func() time.Time
 	closed atomic.Bool
+	meta   metaTable // counter metadata records (meta.go)
 }
 
 type node struct {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/placement"
+)
+
+// shardsJSON is the output of `hotcount shards --json`.
+type shardsJSON struct {
+	Key        string            `json:"key"`
+	N          int               `json:"n"`
+	Epoch      uint64            `json:"epoch"`
+	Shards     []placement.Shard `json:"shards"`
+	Collisions int               `json:"collisions"`
+	Total      int64             `json:"total"`
+}
+
+func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("shards", stderr)
+	var b backendFlags
+	b.register(fs)
+	key := fs.String("key", "", "counter key (required)")
+	asJSON := fs.Bool("json", false, `print JSON: {"key", "shards": [{"label","key","slot","node","value"}], "collisions"}`)
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	if code, ok := b.checkN(stderr); !ok {
+		return code
+	}
+	if *key == "" {
+		return usagef(stderr, "shards: --key is required")
+	}
+	if err := hotcount.ValidateKey(*key); err != nil {
+		return usagef(stderr, "shards: %v", err)
+	}
+	c, err := b.open(ctx)
+	if err != nil {
+		return openFailure(stderr, err)
+	}
+	defer c.Close(context.Background())
+	rep, err := c.Shards(ctx, *key)
+	if err != nil {
+		return failf(stderr, "shards: %v", err)
+	}
+	out := shardsJSON{
+		Key: *key, N: len(rep.Meta.Write), Epoch: rep.Meta.Epoch,
+		Shards: rep.Placement.Shards, Collisions: rep.Collisions, Total: rep.Total,
+	}
+	if out.Shards == nil {
+		out.Shards = []placement.Shard{}
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, out)
+	}
+	fmt.Fprintf(stdout, "%s: n=%d epoch=%d total=%d collisions=%d\n", out.Key, out.N, out.Epoch, out.Total, out.Collisions)
+	fmt.Fprintf(stdout, "%-6s %-6s %-22s %12s  %s\n", "label", "slot", "node", "value", "sub-key")
+	for _, s := range out.Shards {
+		fmt.Fprintf(stdout, "%-6s %-6d %-22s %12d  %s\n", s.Label, s.Slot, s.Node, s.Value, s.Key)
+	}
+	return exitOK
+}
+
+func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("resize", stderr)
+	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store of this process)")
+	key := fs.String("key", "", "counter key (required)")
+	n := fs.Int("n", 0, "new number of sub-counters (required, 1..1024)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	switch {
+	case *key == "":
+		return usagef(stderr, "resize: --key is required")
+	case *n < 1 || *n > hotcount.MaxN:
+		return usagef(stderr, "resize: --n must be 1..%d, got %d", hotcount.MaxN, *n)
+	}
+	if err := hotcount.ValidateKey(*key); err != nil {
+		return usagef(stderr, "resize: %v", err)
+	}
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: splitAddrs(*redis), NoReadCache: true})
+	if err != nil {
+		return openFailure(stderr, err)
+	}
+	defer c.Close(context.Background())
+	if err := c.Resize(ctx, *key, *n); err != nil {
+		return failf(stderr, "resize: %v", err)
+	}
+	w, _, err := c.Labels(ctx, *key)
+	if err != nil {
+		return failf(stderr, "resize: %v", err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, map[string]any{"key": *key, "n": len(w), "labels": w})
+	}
+	fmt.Fprintf(stdout, "%s: n=%d labels=%v\n", *key, len(w), w)
+	return exitOK
+}

@@ -1,0 +1,69 @@
+// Package meta keeps the label sets of counters and changes them safely:
+// grow, shrink (fold) and re-placement.
+//
+// # Metadata
+//
+// Every counter K has a record at keyspace.MetaKey(K), a JSON object
+//
+//	{"epoch":E,"write":[...],"read":[...],"folds":[...]}
+//
+// Write is the active label set: writers pick one of these sub-counters.
+// Read is every label that may hold a value: readers sum all of them. Write
+// is always a subset of Read. Folds is the journal of folds in progress.
+// Each change increases the epoch by one and is written with compare-and-set
+// on the epoch (atomic in the backend: a Lua script in Redis, one lock in the
+// embedded store), so concurrent changers never overwrite each other. When a
+// Durable store is configured every committed record is mirrored to it, and
+// a record missing from the cache is restored from it.
+//
+// A counter without a record gets a default label set: placement.Choose on
+// the current topology with the counter's N (or keyspace.NaiveLabels when
+// Config.Naive is set). A placed default is pinned — written as epoch 1 on
+// first use — so that a later slot migration, which changes what Choose
+// returns, never changes the labels of a counter that already holds values.
+//
+// Managers cache records for Config.TTL (default 2 s) by an injected clock,
+// so every process sees a change within one TTL. The protocol below relies on
+// exactly that bound.
+//
+// # Growing
+//
+// New labels are added to Read (epoch+1); after one TTL, when every process
+// sums them, they are added to Write (epoch+1). Growing never moves values.
+//
+// # Shrinking: the fold
+//
+// Removing label A, whose value moves into a remaining label B:
+//
+//	(a) remove A from Write, keep it in Read, journal {id, from A, to B,
+//	    step "stopped"} (epoch+1);
+//	(b) wait out the TTL plus Config.Margin: no process writes A any more;
+//	    journal step "moving" (epoch+1);
+//	(c) FoldOut in A's slot, atomically: if the marker {K#A}:fold:<id> exists
+//	    return its value; else v = GET A, DECRBY A v, SET marker v → v;
+//	(d) FoldIn in B's slot, atomically: if the marker {K#B}:foldin:<id>
+//	    exists do nothing; else INCRBY B v, SET marker;
+//	(e) re-fold stragglers: if GET A is not zero (a write that was in flight
+//	    during the wait), repeat (c)–(d) with the id "<id>.2", "<id>.3", ...;
+//	(f) retire A: remove it from Read and drop the journal entry (epoch+1).
+//
+// Markers carry their sub-counter's hash tag (keyspace.AuxKey), so each
+// atomic step touches one slot. Every step is idempotent and the journal
+// says where a fold stands, so a fold interrupted anywhere (the process
+// killed) is finished by Resume without losing or duplicating anything:
+// replaying (c) returns the stored v instead of draining again, and
+// replaying (d) with a used marker does nothing. The scripts do no
+// arithmetic in Lua (its numbers are doubles): the value GET returns is
+// passed as a string to DECRBY, INCRBY and the marker.
+//
+// A sum read between (c) and (d) — a few milliseconds, or until Resume if
+// the process dies in between — is low by v; the total afterwards is exact.
+// The protocol assumes a writer uses a label within TTL+Margin of the
+// Labels call that returned it (see Config.Margin).
+//
+// # Re-placement
+//
+// Slot migration can put two sub-counters on one primary. Collisions reports
+// it (sub-counters beyond an even spread); Rebalance grows new labels on the
+// free primaries and folds the colliding labels into them.
+package meta

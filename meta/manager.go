@@ -1,0 +1,249 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/placement"
+	"github.com/hotcount/hotcount/store"
+)
+
+// casAttempts bounds the compare-and-set retries of one change.
+const casAttempts = 32
+
+// sweepEvery is how many cache fills pass between sweeps of expired entries.
+const sweepEvery = 4096
+
+// Manager serves label sets from a TTL cache and runs the grow, fold and
+// re-placement protocols. It is safe for concurrent use.
+type Manager struct {
+	b   Backend
+	cfg Config
+
+	cache  sync.Map // counter key → *entry
+	fills  atomic.Int64
+	flight singleflight.Group
+}
+
+// entry is one cached record.
+type entry struct {
+	m  Meta
+	at time.Time // taken before the record was read
+}
+
+// NewManager returns a Manager over backend. The Config is copied.
+func NewManager(backend Backend, cfg Config) (*Manager, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrConfig)
+	}
+	c, err := cfg.withDefaults(backend)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{b: backend, cfg: c}, nil
+}
+
+// TTL returns the record cache TTL in use.
+func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
+
+// Labels returns key's write and read label sets: writers pick one of
+// write, readers sum every label of read. The result comes from the cache
+// when it is younger than the TTL. The slices are shared: do not modify
+// them. key must be a valid counter key.
+func (m *Manager) Labels(ctx context.Context, key string) (write, read []string, err error) {
+	now := m.cfg.Clock.Now()
+	if v, ok := m.cache.Load(key); ok {
+		e := v.(*entry)
+		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL {
+			return e.m.Write, e.m.Read, nil
+		}
+	}
+	v, err, _ := m.flight.Do(key, func() (any, error) {
+		mt, err := m.load(ctx, key, true)
+		if err != nil {
+			return nil, err
+		}
+		return mt, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	mt := v.(Meta)
+	return mt.Write, mt.Read, nil
+}
+
+// Meta returns key's current record, read from the backend (not the
+// cache). A counter without a record yields its default labels with Epoch 0.
+func (m *Manager) Meta(ctx context.Context, key string) (Meta, error) {
+	if err := keyspace.Validate(key); err != nil {
+		return Meta{}, err
+	}
+	mt, err := m.load(ctx, key, false)
+	return mt.clone(), err
+}
+
+// Forget drops key from the cache, so the next Labels reads the backend.
+func (m *Manager) Forget(key string) { m.cache.Delete(key) }
+
+// load reads key's record from the backend (restoring it from the durable
+// store, or deriving the default, when the cache has none) and caches it.
+// With pin set, a placed default is written as epoch 1.
+func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) {
+	for range casAttempts {
+		at := m.cfg.Clock.Now()
+		mt, found, err := m.fetch(ctx, key)
+		if err != nil {
+			return Meta{}, err
+		}
+		if found || !pin || m.cfg.Naive {
+			m.put(key, mt, at)
+			return mt, nil
+		}
+		mt.Epoch = 1
+		ok, err := m.b.CASMeta(ctx, key, 0, mt.encode())
+		if err != nil {
+			return Meta{}, fmt.Errorf("meta: pin labels of %q: %w", key, err)
+		}
+		if ok {
+			_ = m.mirror(ctx, key, mt) // best effort: the cache holds the pin
+			m.put(key, mt, at)
+			return mt, nil
+		}
+		// Another process pinned it first: read theirs.
+	}
+	return Meta{}, fmt.Errorf("%w: pinning %q", ErrConflict, key)
+}
+
+// fetch returns the stored record, restored from the durable store when
+// the cache lost it, or the default (Epoch 0, found false).
+func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
+	data, ok, err := m.b.GetMeta(ctx, key)
+	if err != nil {
+		return Meta{}, false, fmt.Errorf("meta: read %q: %w", key, err)
+	}
+	if ok {
+		mt, err := decode(data)
+		if err != nil {
+			return Meta{}, false, fmt.Errorf("meta: record of %q: %w", key, err)
+		}
+		return mt, true, nil
+	}
+	if m.cfg.Durable != nil {
+		data, err := m.cfg.Durable.LoadMeta(ctx, key)
+		if err != nil {
+			return Meta{}, false, fmt.Errorf("meta: load %q from the durable store: %w", key, err)
+		}
+		if data != nil {
+			if _, err := decode(data); err != nil {
+				return Meta{}, false, fmt.Errorf("meta: durable record of %q: %w", key, err)
+			}
+			if _, err := m.b.CASMeta(ctx, key, 0, data); err != nil {
+				return Meta{}, false, fmt.Errorf("meta: restore %q: %w", key, err)
+			}
+			// Restored, or raced with another restorer or changer: read
+			// back what the cache holds now.
+			return m.fetch(ctx, key)
+		}
+	}
+	labels, err := m.defaults(ctx, key)
+	if err != nil {
+		return Meta{}, false, err
+	}
+	return Meta{Write: labels, Read: labels}, false, nil
+}
+
+// defaults returns the label set of a counter without a record.
+func (m *Manager) defaults(ctx context.Context, key string) ([]string, error) {
+	n := m.cfg.DefaultN(key)
+	if n < 1 || n > MaxN {
+		return nil, fmt.Errorf("%w: DefaultN(%q) = %d", ErrInvalidN, key, n)
+	}
+	if m.cfg.Naive {
+		return keyspace.NaiveLabels(n), nil
+	}
+	t, err := m.topology(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return placement.Choose(t, key, n, nil), nil
+}
+
+// topology returns the current slot map, or nil without a source.
+func (m *Manager) topology(ctx context.Context) (*store.Topology, error) {
+	if m.cfg.Topology == nil {
+		return nil, nil
+	}
+	t, err := m.cfg.Topology(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("meta: topology: %w", err)
+	}
+	return t, nil
+}
+
+func (m *Manager) put(key string, mt Meta, at time.Time) {
+	m.cache.Store(key, &entry{m: mt, at: at})
+	if m.fills.Add(1)%sweepEvery == 0 {
+		now := m.cfg.Clock.Now()
+		m.cache.Range(func(k, v any) bool {
+			if now.Sub(v.(*entry).at) >= m.cfg.TTL {
+				m.cache.CompareAndDelete(k, v)
+			}
+			return true
+		})
+	}
+}
+
+func (m *Manager) mirror(ctx context.Context, key string, mt Meta) error {
+	if m.cfg.Durable == nil {
+		return nil
+	}
+	if err := m.cfg.Durable.SaveMeta(ctx, key, mt.encode()); err != nil {
+		return fmt.Errorf("meta: mirror %q to the durable store: %w", key, err)
+	}
+	return nil
+}
+
+// errNoChange tells update that the change function found nothing to do.
+var errNoChange = errors.New("meta: no change")
+
+// update applies change to a fresh copy of key's record and stores it with
+// compare-and-set on the epoch, retrying on conflict. It returns the record
+// as stored (or as read, when change returned errNoChange).
+func (m *Manager) update(ctx context.Context, key string, change func(*Meta) error) (Meta, error) {
+	for range casAttempts {
+		at := m.cfg.Clock.Now()
+		cur, _, err := m.fetch(ctx, key)
+		if err != nil {
+			return Meta{}, err
+		}
+		next := cur.clone()
+		switch err := change(&next); {
+		case errors.Is(err, errNoChange):
+			m.put(key, cur, at)
+			return cur, nil
+		case err != nil:
+			return Meta{}, err
+		}
+		next.Epoch = cur.Epoch + 1
+		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, next.encode())
+		if err != nil {
+			return Meta{}, fmt.Errorf("meta: write %q: %w", key, err)
+		}
+		if !ok {
+			continue
+		}
+		m.put(key, next, at)
+		if err := m.mirror(ctx, key, next); err != nil {
+			return next, err
+		}
+		return next, nil
+	}
+	return Meta{}, fmt.Errorf("%w: %q", ErrConflict, key)
+}

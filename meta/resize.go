@@ -1,0 +1,240 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/placement"
+)
+
+// Resize changes key's number of sub-counters to n. Growing adds placed
+// labels (two steps, one TTL apart); shrinking folds the removed labels
+// into the remaining ones and returns when the folds are complete, which
+// takes at least TTL+Margin. A fold journaled earlier is finished first.
+func (m *Manager) Resize(ctx context.Context, key string, n int) error {
+	if err := keyspace.Validate(key); err != nil {
+		return err
+	}
+	if n < 1 || n > MaxN {
+		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidN, n, MaxN)
+	}
+	if err := m.Resume(ctx, key); err != nil {
+		return err
+	}
+	cur, err := m.load(ctx, key, false)
+	if err != nil {
+		return err
+	}
+	t, err := m.topology(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n > len(cur.Write):
+		add := placement.Extend(t, key, cur.Write, n, nil)[len(cur.Write):]
+		return m.grow(ctx, key, add)
+	case n < len(cur.Write):
+		keep := placement.Keep(t, key, cur.Write, n)
+		removed := minus(cur.Write, keep)
+		into := make([]string, len(removed))
+		for i := range removed {
+			into[i] = keep[i%len(keep)]
+		}
+		return m.fold(ctx, key, removed, into)
+	}
+	return nil
+}
+
+// grow adds labels to the read set, waits one TTL, and adds them to the
+// write set.
+func (m *Manager) grow(ctx context.Context, key string, add []string) error {
+	if len(add) == 0 {
+		return nil
+	}
+	if _, err := m.update(ctx, key, func(mt *Meta) error {
+		if len(minus(add, mt.Read)) == 0 {
+			return errNoChange
+		}
+		mt.Read = union(mt.Read, add)
+		return nil
+	}); err != nil {
+		return err
+	}
+	m.cfg.OnStep(key, StepGrowRead)
+	if err := m.cfg.Clock.Sleep(ctx, m.cfg.TTL); err != nil {
+		return err
+	}
+	if _, err := m.update(ctx, key, func(mt *Meta) error {
+		if missing := minus(add, mt.Read); len(missing) > 0 {
+			return fmt.Errorf("%w: labels %v left the read set while growing", ErrConflict, missing)
+		}
+		if len(minus(add, mt.Write)) == 0 {
+			return errNoChange
+		}
+		mt.Write = union(mt.Write, add)
+		return nil
+	}); err != nil {
+		return err
+	}
+	m.cfg.OnStep(key, StepGrowWrite)
+	return nil
+}
+
+// fold stops writing each from[i], journals a fold of it into into[i], and
+// runs the journal to completion.
+func (m *Manager) fold(ctx context.Context, key string, from, into []string) error {
+	if len(from) == 0 {
+		return nil
+	}
+	if _, err := m.update(ctx, key, func(mt *Meta) error {
+		if len(mt.Folds) > 0 {
+			return fmt.Errorf("%w: another fold of %q started", ErrConflict, key)
+		}
+		for i, a := range from {
+			if !slices.Contains(mt.Write, a) || !slices.Contains(mt.Write, into[i]) || slices.Contains(from, into[i]) {
+				return fmt.Errorf("%w: write set of %q changed to %v", ErrConflict, key, mt.Write)
+			}
+		}
+		mt.Write = minus(mt.Write, from)
+		for i, a := range from {
+			mt.Folds = append(mt.Folds, FoldState{
+				ID:   fmt.Sprintf("%d-%016x", mt.Epoch+1, m.cfg.Rand()),
+				From: a, To: into[i], Step: FoldStopped,
+			})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	m.cfg.OnStep(key, StepStopped)
+	return m.Resume(ctx, key)
+}
+
+// Resume finishes every fold journaled for key: it waits out the TTL for
+// folds still in the "stopped" step, runs the fold-out/fold-in rounds
+// (replaying a round whose markers exist changes nothing) and retires the
+// folded labels. With nothing journaled it returns nil at once.
+func (m *Manager) Resume(ctx context.Context, key string) error {
+	if err := keyspace.Validate(key); err != nil {
+		return err
+	}
+	for range casAttempts {
+		cur, err := m.load(ctx, key, false)
+		if err != nil {
+			return err
+		}
+		if len(cur.Folds) == 0 {
+			return nil
+		}
+		var stopped []string
+		for _, f := range cur.Folds {
+			if f.Step == FoldStopped {
+				stopped = append(stopped, f.ID)
+			}
+		}
+		if len(stopped) > 0 {
+			if err := m.cfg.Clock.Sleep(ctx, m.cfg.TTL+m.cfg.Margin); err != nil {
+				return err
+			}
+			if _, err := m.update(ctx, key, func(mt *Meta) error {
+				changed := false
+				for i := range mt.Folds {
+					if mt.Folds[i].Step == FoldStopped && slices.Contains(stopped, mt.Folds[i].ID) {
+						mt.Folds[i].Step = FoldMoving
+						changed = true
+					}
+				}
+				if !changed {
+					return errNoChange
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			m.cfg.OnStep(key, StepWaited)
+			continue // reload: the journal may have changed meanwhile
+		}
+		var done []string
+		for _, f := range cur.Folds {
+			if err := m.drain(ctx, key, f); err != nil {
+				return err
+			}
+			done = append(done, f.ID)
+		}
+		if _, err := m.update(ctx, key, func(mt *Meta) error {
+			var keep []FoldState
+			var retired []string
+			for _, f := range mt.Folds {
+				if slices.Contains(done, f.ID) {
+					retired = append(retired, f.From)
+				} else {
+					keep = append(keep, f)
+				}
+			}
+			if len(retired) == 0 {
+				return errNoChange
+			}
+			mt.Folds = keep
+			mt.Read = minus(mt.Read, minus(retired, mt.Write))
+			return nil
+		}); err != nil {
+			return err
+		}
+		m.cfg.OnStep(key, StepRetired)
+	}
+	return fmt.Errorf("%w: journal of %q", ErrConflict, key)
+}
+
+// drain moves f.From's value into f.To in rounds until f.From reads zero.
+// It starts at the journaled round (replaying it changes nothing if it had
+// finished) and journals each further round before running it.
+func (m *Manager) drain(ctx context.Context, key string, f FoldState) error {
+	sub := []string{keyspace.SubKey(key, f.From)}
+	round := max(f.Round, 1)
+	for tries := 1; ; tries++ {
+		id := RoundID(f.ID, round)
+		v, err := m.b.FoldOut(ctx, key, f.From, id)
+		if err != nil {
+			return fmt.Errorf("meta: fold %s of %q out of %q: %w", id, key, f.From, err)
+		}
+		m.cfg.OnStep(key, StepOut)
+		if _, err := m.b.FoldIn(ctx, key, f.To, id, v); err != nil {
+			return fmt.Errorf("meta: fold %s of %q into %q: %w", id, key, f.To, err)
+		}
+		m.cfg.OnStep(key, StepIn)
+		left, err := m.b.Get(ctx, sub)
+		if err != nil {
+			return fmt.Errorf("meta: fold %s of %q: %w", id, key, err)
+		}
+		if left[0] == 0 {
+			return nil
+		}
+		if tries == m.cfg.MaxRounds {
+			return fmt.Errorf("%w: %q of %q after %d rounds", ErrStragglers, f.From, key, tries)
+		}
+		round++
+		if _, err := m.update(ctx, key, func(mt *Meta) error {
+			for i := range mt.Folds {
+				if mt.Folds[i].ID == f.ID {
+					mt.Folds[i].Round = max(mt.Folds[i].Round, round)
+					return nil
+				}
+			}
+			return fmt.Errorf("%w: fold %s of %q left the journal", ErrConflict, f.ID, key)
+		}); err != nil {
+			return err
+		}
+	}
+}
+
+// RoundID is the marker id of a fold's round: id for round 1, id+".2" for
+// round 2, and so on.
+func RoundID(id string, round int) string {
+	if round <= 1 {
+		return id
+	}
+	return id + "." + strconv.Itoa(round)
+}

@@ -1,0 +1,133 @@
+package mem
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/hotcount/hotcount/keyspace"
+)
+
+// Counter metadata and folds (the Backend of package meta).
+//
+// Records live in a table of the Store (not in a node: metadata is small
+// and read rarely). Fold markers are integer keys in the node of their
+// sub-counter, exactly where Redis keeps them; the embedded store never
+// expires them (Del removes them).
+
+type metaTable struct {
+	mu   sync.Mutex
+	recs map[string][]byte // counter key → record
+}
+
+func (s *Store) metaTable() *metaTable {
+	t := &s.meta
+	t.mu.Lock()
+	if t.recs == nil {
+		t.recs = map[string][]byte{}
+	}
+	t.mu.Unlock()
+	return t
+}
+
+// GetMeta returns the metadata record of counter key.
+func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, false, err
+	}
+	t := s.metaTable()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	data, ok := t.recs[key]
+	return bytes.Clone(data), ok, nil
+}
+
+// CASMeta stores data as key's record if the stored record's "epoch"
+// member equals epoch (0: there is no record).
+func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	t := s.metaTable()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var cur uint64
+	if old, ok := t.recs[key]; ok {
+		e, ok := recordEpoch(old)
+		if !ok {
+			return false, nil
+		}
+		cur = e
+	}
+	if cur != epoch {
+		return false, nil
+	}
+	t.recs[key] = bytes.Clone(data)
+	return true, nil
+}
+
+// recordEpoch reads the leading `{"epoch":N` of a record.
+func recordEpoch(data []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"epoch":`))
+	if !ok {
+		return 0, false
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	e, err := strconv.ParseUint(string(rest[:i]), 10, 64)
+	return e, err == nil
+}
+
+// FoldOut moves the value of key's sub-counter label into the marker
+// keyspace.AuxKey(key, label, "fold", foldID) and returns it; when the
+// marker exists already it returns the marker's value and changes nothing.
+// One atomic step under the node's lock.
+func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	sub, marker := keyspace.SubKey(key, label), keyspace.AuxKey(key, label, "fold", foldID)
+	nd := s.nodes[s.topo.Owner[keyspace.Slot(sub)]]
+	nd.rounds.Add(1)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.cmds["evalsha"]++
+	if v, ok := nd.ints[marker]; ok {
+		return v, nil
+	}
+	v := nd.ints[sub]
+	if v != 0 {
+		nd.ints[sub] = 0
+	}
+	nd.ints[marker] = v
+	return v, nil
+}
+
+// FoldIn adds delta to key's sub-counter label unless the marker
+// keyspace.AuxKey(key, label, "foldin", foldID) exists, and then sets the
+// marker. It reports whether delta was added. One atomic step.
+func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int64) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	sub, marker := keyspace.SubKey(key, label), keyspace.AuxKey(key, label, "foldin", foldID)
+	nd := s.nodes[s.topo.Owner[keyspace.Slot(sub)]]
+	nd.rounds.Add(1)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.cmds["evalsha"]++
+	if _, ok := nd.ints[marker]; ok {
+		return false, nil
+	}
+	v, err := add(nd.ints[sub], delta)
+	if err != nil {
+		return false, fmt.Errorf("fold into %q: %w", sub, err)
+	}
+	nd.ints[sub] = v
+	nd.ints[marker] = delta
+	return true, nil
+}
