@@ -28,15 +28,28 @@ type CommitterConfig struct {
 	// CommitTimeout bounds each batch's AppendEvents call (default
 	// DefaultCommitTimeout).
 	CommitTimeout time.Duration
-	// MaxInFlight is how many batches may be committing at once (default
-	// 1: one at a time, in order). More lets a backend with a connection
-	// pool overlap commits; a single-writer backend gains nothing from it.
+	// FixedDelay makes every partial batch wait out MaxDelay. By default a
+	// partial batch is also cut as soon as it holds as many events as the
+	// previous batch did: the callers of the last batch are back, and under
+	// a steady load more are unlikely to arrive sooner than MaxDelay.
+	FixedDelay bool
+	// MaxInFlight is how many batches may be committing at once. The
+	// default is the Appender's AppendConcurrency when it implements
+	// Concurrent (PostgreSQL: overlapping commits share WAL flushes), else
+	// 1 (a single-writer backend gains nothing from more).
 	MaxInFlight int
 	// Clock is the time source (default SystemClock).
 	Clock Clock
 }
 
-func (c CommitterConfig) withDefaults() (CommitterConfig, error) {
+// Concurrent is implemented by an Appender that gains from overlapping
+// AppendEvents calls.
+type Concurrent interface {
+	// AppendConcurrency is how many AppendEvents calls should run at once.
+	AppendConcurrency() int
+}
+
+func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 	if c.MaxBatch < 0 || c.MaxDelay < 0 || c.CommitTimeout < 0 || c.MaxInFlight < 0 {
 		return c, fmt.Errorf("%w: negative committer setting %+v", ErrInvalidConfig, c)
 	}
@@ -51,6 +64,9 @@ func (c CommitterConfig) withDefaults() (CommitterConfig, error) {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 1
+		if cc, ok := log.(Concurrent); ok && cc.AppendConcurrency() > 1 {
+			c.MaxInFlight = cc.AppendConcurrency()
+		}
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
@@ -79,8 +95,9 @@ type Committer struct {
 	cur     *batch   // filling; nil when empty
 	ready   []*batch // sealed at MaxBatch, oldest first
 	closing bool
+	catchUp int // cut cur at this size (the last batch's); 0: no estimate
 
-	wake  chan struct{} // cap 1: a batch started or sealed, or Close
+	wake  chan struct{} // cap 1: a batch started, caught up or sealed, or Close
 	slots chan struct{} // cap MaxInFlight: one token per committing batch
 	done  chan struct{} // closed when the owner has drained and exited
 
@@ -107,7 +124,7 @@ func NewCommitter(log Appender, cfg CommitterConfig) (*Committer, error) {
 	if log == nil {
 		return nil, fmt.Errorf("%w: nil Appender", ErrInvalidConfig)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.withDefaults(log)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +171,8 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	if len(b.events) >= c.cfg.MaxBatch {
 		c.ready = append(c.ready, b)
 		c.cur = nil
+		c.signal()
+	} else if len(b.events) == c.catchUp {
 		c.signal()
 	}
 	c.mu.Unlock()
@@ -227,12 +246,15 @@ func (c *Committer) next() bool {
 			c.ready = c.ready[1:]
 		case c.cur != nil:
 			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(c.cfg.Clock.Now())
-			if wait <= 0 || c.closing {
+			if wait <= 0 || c.closing || (c.catchUp > 0 && len(c.cur.events) >= c.catchUp) {
 				b, c.cur = c.cur, nil
 			}
 		case c.closing:
 			c.mu.Unlock()
 			return false
+		}
+		if b != nil && !c.cfg.FixedDelay {
+			c.catchUp = len(b.events)
 		}
 		c.mu.Unlock()
 

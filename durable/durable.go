@@ -36,9 +36,12 @@
 // goroutines share one. Append hands an event to the committer's owning
 // goroutine and blocks until the batch that holds it has committed. A batch
 // is cut when it reaches MaxBatch events or MaxDelay after its first event
-// arrived, whichever is first; while one batch commits the next one fills,
-// so under load batches grow with the number of waiting callers and the
-// timer rarely matters. Close drains: every accepted event is committed.
+// arrived, whichever is first, and (unless FixedDelay) as soon as it is as
+// large as the previous batch: once the callers of the last commit are back
+// there is little to gain by waiting, so a closed loop of callers runs at
+// commit speed instead of commit speed plus MaxDelay. While one batch
+// commits the next one fills, so under load batches grow with the number of
+// waiting callers. Close drains: every accepted event is committed.
 //
 // Backends: durable/postgres (PostgreSQL via pgx) and durable/sqlite (a
 // SQLite file, the embedded default). durable/durabletest holds the

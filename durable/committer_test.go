@@ -1,0 +1,376 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/durable/durabletest"
+	"github.com/hotcount/hotcount/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memLog is an in-memory Appender that dedups like a backend and records
+// batch sizes.
+type memLog struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	total   map[string]int64
+	batches []int
+	err     error
+}
+
+func newMemLog() *memLog { return &memLog{seen: map[string]bool{}, total: map[string]int64{}} }
+
+func (m *memLog) AppendEvents(_ context.Context, evs []durable.Event) ([]bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
+	m.batches = append(m.batches, len(evs))
+	_, dup := durable.FirstSeen(evs)
+	for i, e := range evs {
+		if dup[i] || m.seen[e.ID] {
+			dup[i] = true
+			continue
+		}
+		m.seen[e.ID] = true
+		m.total[e.Key] += e.Delta
+	}
+	return dup, nil
+}
+
+func (m *memLog) sizes() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]int(nil), m.batches...)
+}
+
+type result struct {
+	dup bool
+	err error
+}
+
+// appendAsync starts n Appends with IDs prefix0..; results arrive on the
+// returned channel.
+func appendAsync(c *durable.Committer, ctx context.Context, prefix string, n int) <-chan result {
+	out := make(chan result, n)
+	for i := range n {
+		go func() {
+			d, err := c.Append(ctx, durable.Event{Key: "k", Delta: 1, ID: fmt.Sprint(prefix, i)})
+			out <- result{d, err}
+		}()
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func collect(t *testing.T, ch <-chan result, n int) []result {
+	t.Helper()
+	out := make([]result, 0, n)
+	for range n {
+		out = append(out, <-ch)
+	}
+	return out
+}
+
+func newCommitter(t *testing.T, log durable.Appender, cfg durable.CommitterConfig) *durable.Committer {
+	t.Helper()
+	c, err := durable.NewCommitter(log, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func TestCommitterCutsOnTime(t *testing.T) {
+	clk := durabletest.NewFakeClock()
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
+	res := appendAsync(c, context.Background(), "t", 3)
+	waitFor(t, "3 pending events and an armed timer", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
+	clk.Advance(time.Millisecond)
+	if c.Pending() != 3 || len(log.sizes()) != 0 {
+		t.Fatalf("batch cut before MaxDelay: pending %d, batches %v", c.Pending(), log.sizes())
+	}
+	clk.Advance(time.Millisecond)
+	for _, r := range collect(t, res, 3) {
+		if r.err != nil || r.dup {
+			t.Fatalf("Append = %+v", r)
+		}
+	}
+	if got := fmt.Sprint(log.sizes()); got != "[3]" {
+		t.Fatalf("batches %s, want [3]", got)
+	}
+}
+
+func TestCommitterCutsOnSize(t *testing.T) {
+	clk := durabletest.NewFakeClock() // never advanced: only size cuts
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
+	res := appendAsync(c, context.Background(), "s", 8)
+	for _, r := range collect(t, res, 8) {
+		if r.err != nil || r.dup {
+			t.Fatalf("Append = %+v", r)
+		}
+	}
+	if got := fmt.Sprint(log.sizes()); got != "[4 4]" {
+		t.Fatalf("batches %s, want [4 4]", got)
+	}
+}
+
+func TestCommitterDuplicateInBatch(t *testing.T) {
+	clk := durabletest.NewFakeClock()
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
+	out := make(chan result, 5)
+	for range 5 {
+		go func() {
+			d, err := c.Append(context.Background(), durable.Event{Key: "k", Delta: 7, ID: "same"})
+			out <- result{d, err}
+		}()
+	}
+	fresh := 0
+	for _, r := range collect(t, out, 5) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if !r.dup {
+			fresh++
+		}
+	}
+	if fresh != 1 || log.total["k"] != 7 || fmt.Sprint(log.sizes()) != "[5]" {
+		t.Fatalf("fresh %d, total %d, batches %v; want 1, 7, [5]", fresh, log.total["k"], log.sizes())
+	}
+}
+
+func TestCommitterCloseDrains(t *testing.T) {
+	clk := durabletest.NewFakeClock() // never advanced: only Close cuts
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
+	res := appendAsync(c, context.Background(), "c", 5)
+	waitFor(t, "5 pending events", func() bool { return c.Pending() == 5 })
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range collect(t, res, 5) {
+		if r.err != nil {
+			t.Fatalf("accepted event failed at Close: %v", r.err)
+		}
+	}
+	if log.total["k"] != 5 {
+		t.Fatalf("total after Close = %d, want 5", log.total["k"])
+	}
+	if _, err := c.Append(context.Background(), durable.Event{Key: "k", ID: "late"}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Append after Close err = %v, want ErrClosed", err)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestCommitterAppendError(t *testing.T) {
+	log := newMemLog()
+	boom := fmt.Errorf("%w: disk on fire", store.ErrUnavailable)
+	log.err = boom
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 3, MaxDelay: time.Hour, Clock: durabletest.NewFakeClock()})
+	for _, r := range collect(t, appendAsync(c, context.Background(), "e", 3), 3) {
+		if !errors.Is(r.err, store.ErrUnavailable) {
+			t.Fatalf("Append err = %v, want ErrUnavailable", r.err)
+		}
+	}
+}
+
+func TestCommitterContextCanceled(t *testing.T) {
+	clk := durabletest.NewFakeClock()
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxDelay: time.Hour, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	res := appendAsync(c, ctx, "x", 1)
+	waitFor(t, "1 pending event", func() bool { return c.Pending() == 1 })
+	cancel()
+	if r := <-res; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Append err = %v, want context.Canceled", r.err)
+	}
+	// The event was accepted: Close still commits it.
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if log.total["k"] != 1 {
+		t.Fatalf("total = %d, want 1", log.total["k"])
+	}
+	if _, err := c.Append(ctx, durable.Event{Key: "k", ID: "y"}); err == nil {
+		t.Fatal("Append with a canceled context succeeded")
+	}
+}
+
+func TestCommitterConfigErrors(t *testing.T) {
+	for _, cfg := range []durable.CommitterConfig{{MaxBatch: -1}, {MaxDelay: -1}, {CommitTimeout: -1}} {
+		if _, err := durable.NewCommitter(newMemLog(), cfg); !errors.Is(err, durable.ErrInvalidConfig) {
+			t.Errorf("NewCommitter(%+v) err = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if _, err := durable.NewCommitter(nil, durable.CommitterConfig{}); !errors.Is(err, durable.ErrInvalidConfig) {
+		t.Errorf("NewCommitter(nil) err = %v", err)
+	}
+	c := newCommitter(t, newMemLog(), durable.CommitterConfig{})
+	for _, e := range []durable.Event{{Key: "k"}, {ID: "x"}} {
+		if _, err := c.Append(context.Background(), e); !errors.Is(err, durable.ErrInvalidEvent) {
+			t.Errorf("Append(%+v) err = %v, want ErrInvalidEvent", e, err)
+		}
+	}
+}
+
+func TestCheckpointNewer(t *testing.T) {
+	t0 := durabletest.Start
+	tests := []struct {
+		c, old durable.Checkpoint
+		want   bool
+	}{
+		{durable.Checkpoint{Epoch: 1, At: t0}, durable.Checkpoint{Epoch: 1, At: t0}, true},
+		{durable.Checkpoint{Epoch: 1, At: t0}, durable.Checkpoint{Epoch: 1, At: t0.Add(1)}, false},
+		{durable.Checkpoint{Epoch: 2, At: t0}, durable.Checkpoint{Epoch: 1, At: t0.Add(time.Hour)}, true},
+		{durable.Checkpoint{Epoch: 0, At: t0.Add(time.Hour)}, durable.Checkpoint{Epoch: 1, At: t0}, false},
+	}
+	for i, tc := range tests {
+		if got := tc.c.Newer(tc.old); got != tc.want {
+			t.Errorf("case %d: Newer = %v, want %v", i, got, tc.want)
+		}
+	}
+}
+
+func TestNanosRoundTrip(t *testing.T) {
+	for _, tm := range []time.Time{{}, durabletest.Start, time.Unix(0, 1)} {
+		if got := durable.FromNanos(durable.Nanos(tm)); !got.Equal(tm) {
+			t.Errorf("round trip of %v gave %v", tm, got)
+		}
+	}
+}
+
+// gateLog blocks every AppendEvents until release is closed.
+type gateLog struct {
+	*memLog
+	mu      sync.Mutex
+	running int
+	release chan struct{}
+}
+
+func (g *gateLog) AppendEvents(ctx context.Context, evs []durable.Event) ([]bool, error) {
+	g.mu.Lock()
+	g.running++
+	g.mu.Unlock()
+	<-g.release
+	return g.memLog.AppendEvents(ctx, evs)
+}
+
+func (g *gateLog) inFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running
+}
+
+func TestCommitterMaxInFlight(t *testing.T) {
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
+			c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 1, MaxInFlight: limit, Clock: durabletest.NewFakeClock()})
+			res := appendAsync(c, context.Background(), "f", 3)
+			// limit batches commit at once; the rest wait, sealed.
+			waitFor(t, "commits in flight", func() bool { return g.inFlight() == limit && c.Pending() == 3-limit })
+			close(g.release)
+			for _, r := range collect(t, res, 3) {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			if g.total["k"] != 3 || g.inFlight() != 3 {
+				t.Fatalf("total %d after %d calls, want 3 and 3", g.total["k"], g.inFlight())
+			}
+		})
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	t0 := durabletest.Start
+	evs := []durable.Event{
+		{Key: "a", Delta: 1, ID: "1", At: t0},
+		{Key: "b", Delta: 5, ID: "2"},
+		{Key: "a", Delta: 2, ID: "3", At: t0.Add(time.Second)},
+		{Key: "a", Delta: 100, ID: "4", At: t0.Add(time.Hour)}, // dup: skipped
+		{Key: "a", Delta: math.MaxInt64, ID: "5", At: t0},      // overflows a's row
+	}
+	dup := []bool{false, false, false, true, false}
+	now := t0.Add(time.Minute).UnixNano()
+	got := fmt.Sprint(durable.Aggregate(evs, dup, now))
+	want := fmt.Sprint([]durable.Row{
+		{Key: "a", Delta: 3, At: t0.Add(time.Second).UnixNano(), N: 2},
+		{Key: "b", Delta: 5, At: now, N: 1},
+		{Key: "a", Delta: math.MaxInt64, At: t0.UnixNano(), N: 1},
+	})
+	if got != want {
+		t.Fatalf("Aggregate =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestCommitterCatchesUpWithLastBatch(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
+			clk := durabletest.NewFakeClock()
+			log := newMemLog()
+			c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, FixedDelay: fixed, Clock: clk})
+			// First batch: no estimate yet, so the timer cuts it.
+			res := appendAsync(c, context.Background(), "a", 3)
+			waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
+			clk.Advance(2 * time.Millisecond)
+			collect(t, res, 3)
+			// Second batch of the same size: cut on reaching 3 without the
+			// clock moving, unless FixedDelay.
+			res = appendAsync(c, context.Background(), "b", 3)
+			if fixed {
+				waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
+				if n := len(log.sizes()); n != 1 {
+					t.Fatalf("FixedDelay: %d batches before the timer, want 1", n)
+				}
+				clk.Advance(2 * time.Millisecond)
+			}
+			collect(t, res, 3)
+			if got := fmt.Sprint(log.sizes()); got != "[3 3]" {
+				t.Fatalf("batches %s, want [3 3]", got)
+			}
+		})
+	}
+}
+
+type concurrentLog struct{ *gateLog }
+
+func (concurrentLog) AppendConcurrency() int { return 3 }
+
+func TestCommitterInFlightFromAppender(t *testing.T) {
+	g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
+	c := newCommitter(t, concurrentLog{g}, durable.CommitterConfig{MaxBatch: 1, Clock: durabletest.NewFakeClock()})
+	res := appendAsync(c, context.Background(), "h", 4)
+	waitFor(t, "3 commits in flight", func() bool { return g.inFlight() == 3 && c.Pending() == 1 })
+	close(g.release)
+	collect(t, res, 4)
+}
