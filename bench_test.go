@@ -2,6 +2,7 @@ package hotcount_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hotcount/hotcount"
@@ -63,4 +64,51 @@ func BenchmarkIncr(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkBufferedIncr compares a buffered Client.Incr on one hot key with
+// a bare atomic.AddInt64 on one int64, side by side (run with -cpu 1,2).
+func BenchmarkBufferedIncr(b *testing.B) {
+	ctx := context.Background()
+	b.Run("client-incr", func(b *testing.B) {
+		st, _ := mem.New(mem.Config{})
+		c, err := hotcount.New(ctx, hotcount.Config{Store: st, Buffered: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close(ctx)
+		_ = c.Incr(ctx, "bench:hot", 1)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := c.Incr(ctx, "bench:hot", 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("atomic-add", func(b *testing.B) {
+		var n atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				n.Add(1)
+			}
+		})
+	})
+}
+
+func TestBufferedIncrAllocs(t *testing.T) {
+	ctx := context.Background()
+	c, err := hotcount.New(ctx, hotcount.Config{Buffered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	_ = c.Incr(ctx, "hot", 1)
+	if a := testing.AllocsPerRun(1000, func() { _ = c.Incr(ctx, "hot", 1) }); a != 0 {
+		t.Fatalf("buffered Incr of an existing key allocates %.1f times", a)
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/hotkeys"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/meta"
 	"github.com/hotcount/hotcount/store"
@@ -48,10 +49,16 @@ type Client struct {
 	now       func() time.Time
 	rand      func() uint64
 
-	buf   *buffer.Buffer   // nil when no key is buffered
-	dur   *durability      // nil without a durable store
-	naive map[int][]string // label sets by N, when there is no metadata
-	meta  *meta.Manager    // label sets, resizing; nil if the store has no metadata
+	buf *buffer.Buffer // nil when no key is buffered
+	// allBuffered: every key is buffered and nothing else needs to see
+	// an increment (no namespaces, no durable store).
+	allBuffered bool
+	dur         *durability      // nil without a durable store
+	naive       map[int][]string // label sets by N, when there is no metadata
+	meta        *meta.Manager    // label sets, resizing; nil if the store has no metadata
+
+	sketch *hotkeys.Sketch     // this process's unbuffered cache writes per key
+	auto   *hotkeys.Controller // automatic N; nil without Config.AutoN
 
 	flight singleflight.Group
 	cache  readCache
@@ -145,6 +152,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
+	if err := c.startHotKeys(); err != nil {
+		_ = c.closeParts(ctx)
+		return nil, err
+	}
+	c.allBuffered = c.buf != nil && s.Buffered && len(s.namespaces) == 0 && s.Durable == nil
 	if s.Durable != nil {
 		c.dur, err = newDurability(c)
 		if err != nil {
@@ -203,6 +215,16 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 // sub-counter would overflow int64, Incr returns ErrOverflow and changes
 // nothing.
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
+	if c.allBuffered && delta != 0 && !c.closed.Load() {
+		// The hot path: the buffer validates every key it has not seen
+		// yet, so an increment of a buffered key costs no validation.
+		return c.addBuffered(key, delta)
+	}
+	return c.incr(ctx, key, delta)
+}
+
+// incr is Incr for keys that are not all buffered alike.
+func (c *Client) incr(ctx context.Context, key string, delta int64) error {
 	if err := c.checkIncr(key, delta); err != nil {
 		return err
 	}
@@ -215,13 +237,7 @@ func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 		return fmt.Errorf("incr %q: %w: durable mode needs Config.Durable", key, ErrConfig)
 	}
 	if c.buf != nil && ns.buffered() {
-		if err := c.buf.Add(key, delta); err != nil {
-			if errors.Is(err, buffer.ErrClosed) {
-				return ErrClosed
-			}
-			return fmt.Errorf("incr %q: %w", key, err)
-		}
-		return nil
+		return c.addBuffered(key, delta)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -230,11 +246,28 @@ func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
 	label := labels[pick(c.rand(), len(labels))]
+	c.sketch.Observe(key, 1)
 	if _, err := c.st.IncrBy(ctx, keyspace.SubKey(key, label), delta); err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
 	c.cache.add(key, delta)
 	return nil
+}
+
+// addBuffered adds delta to key's process-local delta.
+func (c *Client) addBuffered(key string, delta int64) error {
+	err := c.buf.Add(key, delta)
+	if err == nil {
+		return nil
+	}
+	return addError(key, err)
+}
+
+func addError(key string, err error) error {
+	if errors.Is(err, buffer.ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("incr %q: %w", key, err)
 }
 
 func (c *Client) checkIncr(key string, delta int64) error {
@@ -474,6 +507,9 @@ func (c *Client) closeParts(ctx context.Context) error {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	if c.auto != nil {
+		keep(c.auto.Close(ctx))
 	}
 	if c.dur != nil {
 		keep(c.dur.closeLog(ctx))

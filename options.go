@@ -60,6 +60,19 @@ type Config struct {
 	// instead of labels placed on distinct primaries (for comparison, and
 	// for counters written before placement).
 	NaiveLabels bool
+	// AutoN grows the N of a key whose estimated cluster-wide cache write
+	// rate per sub-counter passes AutoNBudget (to rate × 1.5 / budget), and
+	// folds it back after the key stays below half the budget for 30 s.
+	// It needs a store that keeps metadata.
+	AutoN bool
+	// AutoNBudget is the writes per second one sub-counter (one node) may
+	// take; 0 means 10,000.
+	AutoNBudget float64
+	// AutoNMaxN caps automatic growth; 0 means 64.
+	AutoNMaxN int
+	// AutoNHysteresis is how long a key must stay cool before its N is
+	// folded back; 0 means 30 s.
+	AutoNHysteresis time.Duration
 	// Buffered turns on buffered deltas for keys that no namespace
 	// matches: Incr adds to a process-local delta, and a flusher sends one
 	// idempotent increment per key every FlushInterval, when MaxBufferedKeys
@@ -176,6 +189,9 @@ func (c Config) validate() (settings, error) {
 	}
 	if s.ReadCacheTTL < 0 {
 		return bad("ReadCacheTTL must not be negative (use NoReadCache), got %v", c.ReadCacheTTL)
+	}
+	if s.AutoNBudget < 0 || s.AutoNMaxN < 0 || s.AutoNMaxN > MaxN || s.AutoNHysteresis < 0 {
+		return bad("AutoNBudget and AutoNHysteresis must not be negative and AutoNMaxN must be 0..%d", MaxN)
 	}
 	if s.MetaTTL < 0 {
 		return bad("MetaTTL must not be negative, got %v", c.MetaTTL)
