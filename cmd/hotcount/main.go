@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"get":      {"read a counter", runGet},
 	"shards":   {"show where a counter's sub-counters live", runShards},
 	"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
+	"bench":    {"drive one hot counter from many clients and measure the cache's writes", runBench},
 }
 
 // version is set at build time with -ldflags "-X main.version=...".

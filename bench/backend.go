@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/store"
+	"github.com/hotcount/hotcount/store/mem"
+)
+
+// statTimeout bounds one INFO commandstats query.
+const statTimeout = 5 * time.Second
+
+// backend is the cache under test: it opens clients on it, counts the
+// write commands its nodes received and reads single keys directly.
+type backend interface {
+	// open returns a client of the cache configured as cfg otherwise says.
+	open(ctx context.Context, cfg hotcount.Config) (*hotcount.Client, error)
+	// calls returns the cumulative call counts of the write commands
+	// (incrby, evalsha, eval) received by each node.
+	calls(ctx context.Context, nodes []string) (map[string]calls, error)
+	// writes turns the call counts of an interval into cache writes.
+	writes(c calls) int64
+	// rawGet reads one key with one plain GET.
+	rawGet(ctx context.Context, key string) error
+	// kind is "redis" or "embedded".
+	kind() string
+	close()
+}
+
+func openBackend(ctx context.Context, seeds []string) (backend, error) {
+	if len(seeds) == 0 {
+		st, err := mem.New(mem.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return &memBackend{st: st}, nil
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:   seeds,
+		DisableCache:  true,
+		ClientSetInfo: rueidis.DisableClientSetInfo,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, seeds, err)
+	}
+	return &redisBackend{seeds: seeds, rc: rc}, nil
+}
+
+// redisBackend is a Redis (Cluster) reached through seeds.
+type redisBackend struct {
+	seeds []string
+	rc    rueidis.Client
+}
+
+func (b *redisBackend) kind() string { return "redis" }
+
+func (b *redisBackend) open(ctx context.Context, cfg hotcount.Config) (*hotcount.Client, error) {
+	cfg.Redis = b.seeds
+	return hotcount.New(ctx, cfg)
+}
+
+func (b *redisBackend) calls(ctx context.Context, nodes []string) (map[string]calls, error) {
+	clients := b.rc.Nodes()
+	out := make(map[string]calls, len(nodes))
+	for _, n := range nodes {
+		c, ok := clients[n]
+		if !ok {
+			return nil, fmt.Errorf("%w: no connection to primary %s", store.ErrUnavailable, n)
+		}
+		qctx, cancel := context.WithTimeout(ctx, statTimeout)
+		s, err := c.Do(qctx, c.B().Info().Section("commandstats").Build()).ToString()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%w: INFO commandstats on %s: %w", store.ErrUnavailable, n, err)
+		}
+		all, err := parseCommandStats(s)
+		if err != nil {
+			return nil, fmt.Errorf("INFO commandstats on %s: %w", n, err)
+		}
+		out[n] = writeCalls(all)
+	}
+	return out, nil
+}
+
+// writes counts scripts plus the INCRBYs that no script ran (see the
+// package doc).
+func (b *redisBackend) writes(c calls) int64 {
+	scripts := c.evalsha + c.eval
+	return scripts + max(0, c.incrby-scripts)
+}
+
+func (b *redisBackend) rawGet(ctx context.Context, key string) error {
+	err := b.rc.Do(ctx, b.rc.B().Get().Key(key).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return nil
+	}
+	return err
+}
+
+func (b *redisBackend) close() { b.rc.Close() }
+
+// memBackend is one embedded store shared by every instance.
+type memBackend struct{ st *mem.Store }
+
+func (b *memBackend) kind() string { return "embedded" }
+
+func (b *memBackend) open(ctx context.Context, cfg hotcount.Config) (*hotcount.Client, error) {
+	cfg.Store = b.st
+	return hotcount.New(ctx, cfg)
+}
+
+func (b *memBackend) calls(_ context.Context, nodes []string) (map[string]calls, error) {
+	st := b.st.Stats()
+	out := make(map[string]calls, len(nodes))
+	for _, n := range nodes {
+		out[n] = writeCalls(st[n].Commands)
+	}
+	return out, nil
+}
+
+// writes adds the calls: the embedded store does not count a token
+// increment's INCRBY apart.
+func (b *memBackend) writes(c calls) int64 { return c.incrby + c.evalsha + c.eval }
+
+func (b *memBackend) rawGet(ctx context.Context, key string) error {
+	_, err := b.st.Get(ctx, []string{key})
+	return err
+}
+
+func (b *memBackend) close() { _ = b.st.Close() }
+
+// calls are the call counts of the write commands of one node.
+type calls struct{ incrby, evalsha, eval int64 }
+
+func writeCalls(m map[string]int64) calls {
+	return calls{incrby: m["incrby"], evalsha: m["evalsha"], eval: m["eval"]}
+}
+
+func (c calls) minus(o calls) calls {
+	return calls{incrby: c.incrby - o.incrby, evalsha: c.evalsha - o.evalsha, eval: c.eval - o.eval}
+}
+
+// parseCommandStats parses the reply of INFO commandstats into call counts
+// by lower-case command name ("cmdstat_incrby:calls=3,usec=..." gives
+// incrby: 3).
+func parseCommandStats(s string) (map[string]int64, error) {
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))
+		found := false
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			if k != "calls" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("bench: bad calls in %q", line)
+			}
+			out[name] = n
+			found = true
+		}
+		if !found {
+			return nil, fmt.Errorf("bench: no calls in %q", line)
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hotcount/hotcount"
+)
+
+// readTimeout bounds one sampled read.
+const readTimeout = 2 * time.Second
+
+// readSamples are the latencies of the three kinds of read.
+type readSamples struct {
+	cached, uncached, raw []time.Duration
+}
+
+func (r *readSamples) merge(o readSamples) {
+	r.cached = append(r.cached, o.cached...)
+	r.uncached = append(r.uncached, o.uncached...)
+	r.raw = append(r.raw, o.raw...)
+}
+
+// sampleReads reads key every period until stop is closed: a summed read
+// through reader (with its read cache), one through checker (no cache),
+// and the sub-keys one GET at a time. It returns the latencies of the
+// reads that succeeded, the number that failed and one failure.
+func sampleReads(ctx context.Context, b backend, reader, checker *hotcount.Client, key string, subs []string, period time.Duration, stop <-chan struct{}) (readSamples, int, error) {
+	var out readSamples
+	var failed int
+	var example error
+	note := func(dst *[]time.Duration, start time.Time, err error) {
+		if err != nil {
+			failed++
+			example = err
+			return
+		}
+		*dst = append(*dst, time.Since(start))
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return out, failed, example
+		case <-ctx.Done():
+			return out, failed, example
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		start := time.Now()
+		_, err := reader.Get(rctx, key)
+		note(&out.cached, start, err)
+		start = time.Now()
+		_, err = checker.Get(rctx, key)
+		note(&out.uncached, start, err)
+		start = time.Now()
+		err = nil
+		for _, sk := range subs {
+			if err = b.rawGet(rctx, sk); err != nil {
+				break
+			}
+		}
+		note(&out.raw, start, err)
+		cancel()
+	}
+}
+
+// Latency summarises one kind of read.
+type Latency struct {
+	// Samples is the number of reads measured.
+	Samples int `json:"samples"`
+	// P50Ms and P99Ms are percentiles in milliseconds (nearest rank).
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+}
+
+// latency summarises ds (which it sorts).
+func latency(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	return Latency{Samples: len(ds), P50Ms: ms(percentile(ds, 50)), P99Ms: ms(percentile(ds, 99))}
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hotcount/hotcount/bench"
+)
+
+// runBench drives one hot counter from many client instances: hotcount
+// bench --key K --mode M | --compare M,M,... [flags]. See package bench.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("bench", stderr)
+	var c bench.Config
+	var redis, key, mode, compare string
+	var asJSON bool
+	fs.StringVar(&redis, "redis", "", "Redis seed addresses, comma-separated (empty: one embedded store shared by the instances)")
+	fs.StringVar(&key, "key", "", "counter key; each run writes KEY:MODE:RUNID (required)")
+	fs.StringVar(&mode, "mode", "", "single, sharded, buffered or combined")
+	fs.StringVar(&compare, "compare", "", "modes to run alternately and compare, e.g. single,sharded,buffered,combined")
+	fs.IntVar(&c.N, "n", bench.DefaultN, "sub-counters in sharded and combined mode")
+	fs.IntVar(&c.Procs, "procs", bench.DefaultProcs, "independent client instances")
+	fs.Float64Var(&c.Rate, "rate", 0, "increments per second over all instances (0: as fast as they can)")
+	fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "how long each mode is driven")
+	fs.DurationVar(&c.Flush, "flush", bench.DefaultFlush, "flush interval of the buffered modes")
+	fs.IntVar(&c.Rounds, "rounds", 0, "rounds the modes alternate in (0: 1 for one mode, 3 with --compare)")
+	fs.IntVar(&c.Workers, "workers", 0, "goroutines per instance (0: 4 unbuffered, 1 buffered)")
+	fs.BoolVar(&c.Keep, "keep", false, "leave the benchmark keys in the cache")
+	fs.BoolVar(&asJSON, "json", false, `print JSON: {"runs": [...], "ratios": {...}}`)
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	switch {
+	case key == "":
+		return usagef(stderr, "bench: --key is required")
+	case mode == "" && compare == "":
+		return usagef(stderr, "bench: give --mode or --compare")
+	case mode != "" && compare != "":
+		return usagef(stderr, "bench: --mode and --compare are exclusive")
+	case c.N < 1:
+		return usagef(stderr, "bench: --n must be at least 1, got %d", c.N)
+	case c.Procs < 1:
+		return usagef(stderr, "bench: --procs must be at least 1, got %d", c.Procs)
+	case c.Duration <= 0:
+		return usagef(stderr, "bench: --duration must be positive, got %v", c.Duration)
+	case c.Flush <= 0:
+		return usagef(stderr, "bench: --flush must be positive, got %v", c.Flush)
+	case c.Rounds < 0 || c.Workers < 0:
+		return usagef(stderr, "bench: --rounds and --workers must not be negative")
+	}
+	modes, err := bench.ParseModes(mode + compare)
+	if err != nil {
+		return usagef(stderr, "%v", err)
+	}
+	if mode != "" && len(modes) != 1 {
+		return usagef(stderr, "bench: --mode takes one mode (use --compare for several)")
+	}
+	c.Key, c.Modes, c.Redis = key, modes, splitAddrs(redis)
+	if err := c.Validate(); err != nil {
+		return usagef(stderr, "%v", err)
+	}
+	if len(c.Redis) == 0 {
+		fmt.Fprintln(stderr, "hotcount: bench: no --redis: the instances share one embedded store; writes are counted from its Stats")
+	}
+	var bar *progressBar
+	if isTerminal(stderr) {
+		bar = &progressBar{w: stderr}
+		c.Progress = bar.show
+	}
+	rep, err := bench.Run(ctx, c)
+	bar.clear()
+	if errors.Is(err, bench.ErrConfig) {
+		return usagef(stderr, "%v", err)
+	}
+	if rep != nil && len(rep.Runs) > 0 {
+		if code := printBenchReport(stdout, stderr, rep, asJSON); code != exitOK {
+			return code
+		}
+	}
+	if err != nil {
+		return failf(stderr, "%v", err)
+	}
+	var inexact []string
+	for _, r := range rep.Runs {
+		if !r.Exact {
+			inexact = append(inexact, fmt.Sprintf("%s (sent %d, total %d)", r.Mode, r.Sent, r.Total))
+		}
+	}
+	if len(inexact) > 0 {
+		return failf(stderr, "bench: %v: %s", bench.ErrNotExact, strings.Join(inexact, ", "))
+	}
+	return exitOK
+}
+
+func printBenchReport(stdout, stderr io.Writer, rep *bench.Report, asJSON bool) int {
+	if asJSON {
+		return printJSON(stdout, stderr, rep)
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		return failf(stderr, "bench: writing the report: %v", err)
+	}
+	return exitOK
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws one line of progress on a terminal.
+type progressBar struct {
+	w     io.Writer
+	drawn bool
+}
+
+const barWidth = 30
+
+func (b *progressBar) show(p bench.Progress) {
+	frac := 0.0
+	if p.Window > 0 {
+		frac = min(1, float64(p.Elapsed)/float64(p.Window))
+	}
+	full := int(frac * barWidth)
+	fmt.Fprintf(b.w, "\r%-8s %d/%d [%s%s] %5.1fs/%.1fs %d incr ",
+		p.Mode, p.Step, p.Steps, strings.Repeat("#", full), strings.Repeat(".", barWidth-full),
+		p.Elapsed.Round(100*time.Millisecond).Seconds(), p.Window.Seconds(), p.Sent)
+	b.drawn = true
+}
+
+// clear erases the bar, if one was drawn.
+func (b *progressBar) clear() {
+	if b != nil && b.drawn {
+		fmt.Fprint(b.w, "\r\033[K")
+	}
+}
