@@ -57,6 +57,8 @@ type Client struct {
 	naive       map[int][]string // label sets by N, when there is no metadata
 	meta        *meta.Manager    // label sets, resizing; nil if the store has no metadata
 
+	labelsDownUntil atomic.Int64 // unix ns: until then writeLabels fails fast
+
 	sketch *hotkeys.Sketch     // this process's unbuffered cache writes per key
 	auto   *hotkeys.Controller // automatic N; nil without Config.AutoN
 
@@ -184,14 +186,35 @@ func (c *Client) Labels(ctx context.Context, key string) (write, read []string, 
 
 // writeLabels is the buffer's label source: the active labels, or none
 // (the buffer then keeps the delta and retries) when they cannot be read.
+//
+// While the cache is unreachable, a metadata read that is not cached waits
+// up to Timeout; so that a flush of many keys does not wait that long for
+// each of them, a failed lookup makes the next ones fail at once for one
+// Timeout.
 func (c *Client) writeLabels(key string) []string {
+	if until := c.labelsDownUntil.Load(); until != 0 && c.now().UnixNano() < until {
+		if w, ok := c.cachedWriteLabels(key); ok {
+			return w
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
 	w, _, err := c.Labels(ctx, key)
 	if err != nil {
+		c.labelsDownUntil.Store(c.now().Add(c.cfg.Timeout).UnixNano())
 		return nil
 	}
 	return w
+}
+
+// cachedWriteLabels returns key's write labels when no cache round trip is
+// needed to know them (no metadata support: the naive labels).
+func (c *Client) cachedWriteLabels(key string) ([]string, bool) {
+	if c.meta == nil {
+		return c.naive[c.cfg.namespace(key).N], true
+	}
+	return nil, false
 }
 
 // SubKeys returns the cache keys of every sub-counter of key that may hold
@@ -239,8 +262,7 @@ func (c *Client) incr(ctx context.Context, key string, delta int64) error {
 	if c.buf != nil && ns.buffered() {
 		return c.addBuffered(key, delta)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
+	// No timeout of its own here: the store bounds each round trip.
 	labels, _, err := c.Labels(ctx, key)
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)

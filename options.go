@@ -97,6 +97,12 @@ type Config struct {
 	// CheckpointInterval is how often fast-mode totals are checkpointed to
 	// Durable; 0 means 5 s. It bounds what a cache loss can lose.
 	CheckpointInterval time.Duration
+	// RollupAge is how old a durable-mode event must be before the rollup
+	// folds it into its key's total; 0 means DefaultRollupAge.
+	RollupAge time.Duration
+	// OnRestore, when set, is called after fast-mode counters were
+	// restored from their checkpoints because a cache node lost its data.
+	OnRestore func(Restore)
 	// Timeout bounds each round trip to the backend; 0 means 2 s.
 	Timeout time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake.

@@ -3,6 +3,7 @@ package buffer
 import (
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,9 +14,12 @@ import (
 // BenchmarkAtomicAdd is the floor: every goroutine adds to one int64.
 // BenchmarkStripedAdd is a striped counter (one padded int64 per
 // goroutine), the best case for a single counter. BenchmarkBufferAdd is
-// Buffer.Add on one hot key; BenchmarkBufferAddKeys spreads the adds over
-// 1,000 keys. BenchmarkRWMutexMapAdd is the sharded RWMutex + map design,
-// for comparison with Buffer's lock-free lookup.
+// Buffer.Add on one hot key passed as the same string every time (a
+// constant, or a key string the caller keeps); BenchmarkBufferAddHashed
+// passes an equal but distinct string, as a key built per request would
+// be, so every Add hashes and probes. BenchmarkBufferAddKeys spreads the
+// adds over 1,000 such keys. BenchmarkRWMutexMapAdd is the sharded
+// RWMutex + map design, for comparison with Buffer's lock-free lookup.
 
 func BenchmarkAtomicAdd(b *testing.B) {
 	var n atomic.Int64
@@ -62,12 +66,33 @@ func BenchmarkBufferAdd(b *testing.B) {
 	})
 }
 
+// BenchmarkBufferAddHashed is BenchmarkBufferAdd with a key string that
+// is equal to, but not the same string as, the one the cell was created
+// from (a key built per request): every Add hashes and probes.
+func BenchmarkBufferAddHashed(b *testing.B) {
+	buf, _ := newTestBuffer(b, newFakeSink(), nil)
+	if err := buf.Add(strings.Clone("likes:post:42"), 1); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := strings.Clone("likes:post:42")
+		for pb.Next() {
+			if err := buf.Add(key, 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 func BenchmarkBufferAddKeys(b *testing.B) {
 	buf, _ := newTestBuffer(b, newFakeSink(), nil)
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("views:video:%d", i)
-		if err := buf.Add(keys[i], 1); err != nil {
+		if err := buf.Add(strings.Clone(keys[i]), 1); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,7 +9,11 @@
 // an Add to a key that already has a cell costs a hash, a probe and one
 // atomic add: no lock, no allocation. A new key takes the shard's mutex to
 // insert its cell. The shards only spread new-key inserts; contention on
-// one hot key is the cost of its single atomic add.
+// one hot key is the cost of its single atomic add. In front of the tables
+// sits a small cache indexed by the address of the key's bytes: a caller
+// that passes the very string a cell was created from (a constant, or a
+// key string it keeps) reaches the cell without hashing. A cell keeps the
+// key string it was created from, as a map key would.
 //
 // # Cutting and flushing
 //
@@ -117,16 +121,15 @@ type Buffer struct {
 	// bytes cannot be reused for another string.
 	recent [recentSize]atomic.Pointer[cell]
 
-	cells     atomic.Int64 // cells in the tables
-	nops      atomic.Int64 // ops not yet acknowledged
-	dirtyKeys atomic.Int64 // keys that gained a delta since the last cut
-	closed    atomic.Bool
-	kick      chan struct{}
+	cells   atomic.Int64 // cells in the tables
+	nops    atomic.Int64 // ops not yet acknowledged
+	newKeys atomic.Int64 // cells created since the last cut
+	closed  atomic.Bool
+	kick    chan struct{}
 
 	// flushMu makes flushes exclusive; its holder owns the label, token
 	// and retry fields of every op.
 	flushMu sync.Mutex
-	killed  bool // every cell was marked dead (Close); under flushMu
 	// opsMu guards ops, and makes a cut (cell → op) atomic for Pending.
 	opsMu sync.RWMutex
 	ops   map[string][]*op
@@ -172,13 +175,16 @@ func New(sink Sink, cfg Config) (*Buffer, error) {
 // keyspace.ErrInvalidKey for an invalid new key. Adding to a key that is
 // already buffered takes no lock and does not allocate.
 func (b *Buffer) Add(key string, delta int64) error {
-	// Fast path, small enough to inline: the caller passes the very string
+	// Fast path: the caller passes the very string
 	// a cell was created from and a small delta.
 	c := b.recent[recentIndex(key)].Load()
 	if c != nil && unsafe.StringData(c.key) == unsafe.StringData(key) && len(c.key) == len(key) &&
 		uint64(delta+fastLimit) < 2*fastLimit {
+		// One range check covers both the bound and the dead mark: a dead
+		// cell's value lies far below -MaxDelta. At nv == MaxDelta the sum
+		// wraps to exactly 2^63, still in range.
 		nv := c.v.Add(delta)
-		if nv-delta >= deadZone && nv <= MaxDelta && nv >= -MaxDelta && c.state.Load() == stateDirty {
+		if uint64(nv+MaxDelta) <= 2*MaxDelta {
 			return nil
 		}
 		return b.addFixup(c, delta, nv)
@@ -204,7 +210,7 @@ func (b *Buffer) addLookup(key string, delta int64) error {
 }
 
 // addFixup finishes a small add whose atomic add returned nv: it undoes
-// an add to a retired cell or past the bound, and marks the cell dirty.
+// an add to a retired cell or past the bound.
 func (b *Buffer) addFixup(c *cell, delta, nv int64) error {
 	if nv-delta < deadZone { // retired or closed: take our add back
 		c.v.Add(-delta)
@@ -217,9 +223,6 @@ func (b *Buffer) addFixup(c *cell, delta, nv int64) error {
 			return nil
 		}
 		return ErrOverflow
-	}
-	if c.state.Load() != stateDirty {
-		b.markDirty(c)
 	}
 	return nil
 }
@@ -257,9 +260,6 @@ func (b *Buffer) addCAS(c *cell, delta int64) (dead bool, err error) {
 			return false, ErrOverflow
 		}
 		if c.v.CompareAndSwap(old, old+delta) {
-			if c.state.Load() != stateDirty {
-				b.markDirty(c)
-			}
 			return false, nil
 		}
 	}
@@ -307,25 +307,13 @@ func (b *Buffer) addLocked(sh *shard, h uint64, key string, delta int64) error {
 	c := &cell{key: key, hash: h}
 	c.v.Store(delta)
 	c.since.Store(b.cfg.Clock.Now().UnixNano())
-	c.state.Store(stateDirty)
 	sh.insert(c)
 	b.recent[recentIndex(key)].Store(c)
 	b.cells.Add(1)
-	if b.dirtyKeys.Add(1) >= int64(b.cfg.MaxKeys) {
+	if b.newKeys.Add(1) >= int64(b.cfg.MaxKeys) {
 		b.kickFlush()
 	}
 	return nil
-}
-
-// markDirty records the first Add to c since the last cut.
-func (b *Buffer) markDirty(c *cell) {
-	if !c.state.CompareAndSwap(stateClean, stateDirty) {
-		return
-	}
-	c.since.Store(b.cfg.Clock.Now().UnixNano())
-	if b.dirtyKeys.Add(1) >= int64(b.cfg.MaxKeys) {
-		b.kickFlush()
-	}
 }
 
 // kickFlush asks the flusher to flush now, without waiting.

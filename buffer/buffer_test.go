@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
@@ -126,6 +128,13 @@ func TestAddInvalidKey(t *testing.T) {
 	}
 }
 
+func TestCellLayout(t *testing.T) {
+	var c cell
+	if off, size := unsafe.Offsetof(c.v), unsafe.Sizeof(c); off != cacheLine || size != 2*cacheLine {
+		t.Fatalf("cell.v at offset %d, cell size %d: want the counter alone on the second of two cache lines", off, size)
+	}
+}
+
 func TestAddAllocs(t *testing.T) {
 	b, _ := newTestBuffer(t, newFakeSink(), nil)
 	mustAdd(t, b, "likes:post:42", 1)
@@ -143,13 +152,42 @@ func TestAddAllocs(t *testing.T) {
 	}
 }
 
+// TestKeyIdentity mixes keys that share bytes, lengths and backing arrays
+// with equal keys held in distinct strings; each must reach its own cell.
+func TestKeyIdentity(t *testing.T) {
+	b, _ := newTestBuffer(t, newFakeSink(), nil)
+	backing := "k:0001k:0002k:0003"
+	keys := []string{backing[0:6], backing[6:12], backing[12:18], backing[0:12], "k:0001", strings.Clone("k:0002")}
+	want := map[string]int64{}
+	for round := range 50 {
+		for i, k := range keys {
+			mustAdd(t, b, k, int64(i+1))
+			want[k] += int64(i + 1)
+			if round == 20 {
+				if err := b.Flush(context.Background()); err != nil { // retire and recreate cells
+					t.Fatal(err)
+				}
+				for k := range want {
+					want[k] = 0
+				}
+				mustAdd(t, b, k, 0)
+			}
+		}
+	}
+	for k, v := range want {
+		if got := b.Pending(k); got != v {
+			t.Errorf("Pending(%q) = %d, want %d", k, got, v)
+		}
+	}
+}
+
 // TestConcurrentExact runs 32 adders over hot and rotating keys while
 // flushes (which cut and retire cells) run concurrently, then closes and
 // checks every counter's total in the sink.
 func TestConcurrentExact(t *testing.T) {
 	sink := newFakeSink()
 	b, _ := newTestBuffer(t, sink, func(c *Config) { c.BatchSize = 7 })
-	const adders, perAdder = 32, 3000
+	const adders, perAdder = 32, 2000
 	want := map[string]int64{}
 	var wantMu sync.Mutex
 	var wg sync.WaitGroup

@@ -37,8 +37,11 @@ var ErrConfig = errors.New("hotcount: invalid buffer config")
 type Config struct {
 	// Interval between timed flushes. Default DefaultInterval.
 	Interval time.Duration
-	// MaxKeys starts a flush early once this many keys have gained a
-	// delta since the last flush. Default DefaultMaxKeys.
+	// MaxKeys starts a flush early once this many keys were newly
+	// buffered since the last flush. A key stays buffered (at no cost to
+	// Add) until it has had no delta for a whole interval, so each flush
+	// holds roughly MaxKeys keys plus those active in the last interval.
+	// Default DefaultMaxKeys.
 	MaxKeys int
 	// MaxPendingKeys bounds memory: the number of entries held, counting
 	// one per key that has an accumulating cell and one per op cut for a
@@ -71,8 +74,9 @@ type Config struct {
 	// from the flushing goroutine only, never concurrently.
 	Rand func() uint64
 	// OnError, when set, is told about every failed flush call and every
-	// op the sink rejected. It is called from the flushing goroutine and
-	// must not block for long.
+	// op the sink rejected. It is called from the flushing goroutine (or
+	// from Flush or Close), must not block for long and must not call
+	// Flush or Close.
 	OnError func(error)
 }
 

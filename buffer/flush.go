@@ -68,18 +68,13 @@ func (b *Buffer) Close(ctx context.Context) error {
 		b.closed.Store(true)
 		close(b.stop)
 		b.cancelLoop()
+		b.cut(true) // from here on every Add fails with ErrClosed
 	})
 	select {
 	case <-b.done:
 	case <-ctx.Done():
 		return b.unflushed(ctx.Err())
 	}
-	b.flushMu.Lock()
-	if !b.killed {
-		b.cut(true)
-		b.killed = true
-	}
-	b.flushMu.Unlock()
 	for failures := 0; ; failures++ {
 		b.flushMu.Lock()
 		cause := b.send(ctx, true)
@@ -115,15 +110,17 @@ func (b *Buffer) backoff(n int) time.Duration {
 }
 
 // cut moves every accumulated delta of a key without a pending op into a
-// new op, and retires cells that gained nothing since the previous cut.
+// new op, and retires cells that are at zero: nothing was added since the
+// previous cut (or the adds cancelled out).
 // With kill (Close), it takes every cell's delta, marks every cell dead
-// and empties the tables, so later Adds fail with ErrClosed. Caller holds
-// flushMu.
+// and empties the tables, so later Adds fail with ErrClosed. Cuts are
+// serialised by opsMu; the caller of a plain cut holds flushMu, while Close
+// kills without it, so a flush still running cannot delay the kill.
 func (b *Buffer) cut(kill bool) {
 	now := b.cfg.Clock.Now().UnixNano()
 	b.opsMu.Lock()
 	defer b.opsMu.Unlock()
-	b.dirtyKeys.Store(0)
+	b.newKeys.Store(0)
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.Lock()
@@ -136,22 +133,22 @@ func (b *Buffer) cut(kill bool) {
 			}
 			if kill {
 				if x := c.v.Swap(deadMark); x != 0 {
-					b.addOp(c.key, x, sinceOf(c, now))
+					b.addOp(c.key, x, c.since.Load())
 				}
 				continue
 			}
 			if len(b.ops[c.key]) > 0 {
 				continue // its op must be acknowledged first
 			}
-			if c.state.Load() == stateClean && c.v.CompareAndSwap(0, deadMark) {
-				retired++
+			if c.v.CompareAndSwap(0, deadMark) {
+				retired++ // no delta since the previous cut
 				continue
 			}
-			since := sinceOf(c, now)
-			c.state.Store(stateClean)
+			since := c.since.Load()
 			if x := c.v.Swap(0); x != 0 {
 				b.addOp(c.key, x, since)
 			}
+			c.since.Store(now)
 		}
 		switch {
 		case kill:
@@ -163,15 +160,6 @@ func (b *Buffer) cut(kill bool) {
 		}
 		sh.mu.Unlock()
 	}
-}
-
-// sinceOf is when c's current delta began, or now if c is marked clean
-// (an Add is still between its add and its mark).
-func sinceOf(c *cell, now int64) int64 {
-	if c.state.Load() == stateDirty {
-		return c.since.Load()
-	}
-	return now
 }
 
 // addOp records a new op; caller holds opsMu.
@@ -296,7 +284,7 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 		case r.Err == nil && r.Applied:
 			b.stats.applied.Add(1)
 			done = append(done, o)
-		case r.Err == nil && false:
+		case r.Err == nil:
 			b.stats.skipped.Add(1) // the token was used: an earlier attempt applied it
 			done = append(done, o)
 		case errors.Is(r.Err, store.ErrOverflow) || errors.Is(r.Err, store.ErrNotInteger):

@@ -361,7 +361,14 @@ func TestCloseRetriesThenReports(t *testing.T) {
 		}
 	}()
 	defer close(clk.waiting)
-	if err := b.Close(context.Background()); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink.onCall = func(n int) { // a bound, so a broken retry loop fails instead of hanging
+		if n > 10 {
+			cancel()
+		}
+	}
+	if err := b.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if sink.callCount() != 3 || sink.total("a") != 4 {
@@ -373,9 +380,9 @@ func TestCloseRetriesThenReports(t *testing.T) {
 	b2, _ := newTestBuffer(t, sink2, nil)
 	mustAdd(t, b2, "a", 4)
 	mustAdd(t, b2, "b", -1)
-	ctx, cancel := context.WithCancel(context.Background())
-	sink2.onCall = func(int) { cancel() }
-	err := b2.Close(ctx)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	sink2.onCall = func(int) { cancel2() }
+	err := b2.Close(ctx2)
 	if !errors.Is(err, ErrUnflushed) || !strings.Contains(err.Error(), "2 keys, delta +3") {
 		t.Fatalf("Close with the sink down: %v", err)
 	}
@@ -434,5 +441,27 @@ func TestCloseRacingAdds(t *testing.T) {
 	}
 	if got := sink.total("k"); got != ok.Load() {
 		t.Fatalf("total = %d, successful Adds = %d", got, ok.Load())
+	}
+}
+
+// TestCloseCancelled closes with a context that is already done: Close may
+// give up, but Adds are refused from then on and a later Close drains.
+func TestCloseCancelled(t *testing.T) {
+	sink := newFakeSink()
+	b, _ := newTestBuffer(t, sink, nil)
+	mustAdd(t, b, "k", 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Close(ctx); err != nil && !errors.Is(err, ErrUnflushed) {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := b.Add("k", 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Add after an abandoned Close: %v, want ErrClosed", err)
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if got := sink.total("k"); got != 3 {
+		t.Fatalf("total = %d, want 3", got)
 	}
 }

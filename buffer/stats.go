@@ -25,7 +25,9 @@ type Stats struct {
 	// Config.MaxPendingKeys: cells plus ops in flight.
 	HeldKeys int
 	// OldestUnflushed is the age of the oldest unacknowledged delta; zero
-	// when there is none.
+	// when there is none. The time a delta is first buffered is taken as
+	// the key's first Add or the last flush, whichever is later, so this
+	// can overstate the age by up to one interval, never understate it.
 	OldestUnflushed time.Duration
 
 	// Flushes counts flush rounds that sent at least one op.
@@ -92,7 +94,7 @@ func (b *Buffer) Stats() Stats {
 			if v == 0 {
 				continue
 			}
-			oldest = min(oldest, sinceOf(c, now))
+			oldest = min(oldest, c.since.Load())
 			if _, ok := b.ops[c.key]; !ok {
 				s.PendingKeys++
 			}

@@ -5,13 +5,6 @@ import (
 	"sync/atomic"
 )
 
-// Cell states, in cell.state. They only drive the gauges and the early
-// flush trigger; the delta itself lives in cell.v.
-const (
-	stateClean uint32 = iota // no Add since the last cut
-	stateDirty               // an Add since the last cut
-)
-
 // Value encoding of cell.v. A live cell holds its accumulated delta, kept
 // within ±MaxDelta (2^62) by Add. A retired (dead) cell holds deadMark
 // (-7·2^60) plus the transient deltas of Adds racing with the retirement,
@@ -33,15 +26,19 @@ const (
 // cell is one key's accumulating delta. The read-mostly fields and the
 // contended counter sit on separate cache lines, so Adds on one hot key
 // from many cores do not also invalidate the key that lookups compare.
+// Add reads only key (and hash on the hashed path) and updates v; since
+// belongs to the flusher.
 type cell struct {
 	key   string
 	hash  uint64
-	state atomic.Uint32
-	since atomic.Int64 // UnixNano of the first Add since the last cut
-	_     [24]byte
+	since atomic.Int64 // UnixNano: creation or the last cut, whichever is later
+	_     [cacheLine - 32]byte
 	v     atomic.Int64
-	_     [56]byte
+	_     [cacheLine - 8]byte
 }
+
+// cacheLine is the cache line size assumed for padding.
+const cacheLine = 64
 
 // table is an open-addressing hash table (linear probing, at most half
 // full) whose slots are read without locks. Under the shard lock a slot

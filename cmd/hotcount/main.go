@@ -32,7 +32,10 @@ var commands = map[string]command{
 	"get":      {"read a counter", runGet},
 	"shards":   {"show where a counter's sub-counters live", runShards},
 	"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
+	"serve":    {"run the HTTP API, metrics and dashboard", runServe},
 	"bench":    {"drive one hot counter from many clients and measure the cache's writes", runBench},
+	"soak":     {"run mixed load for a long time and watch memory and goroutines", runSoak},
+	"rebuild":  {"recreate the cache view of counters from the durable store", runRebuild},
 }
 
 // version is set at build time with -ldflags "-X main.version=...".

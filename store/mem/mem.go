@@ -85,11 +85,20 @@ func (s *Store) groups(keys []string) map[int][]int {
 
 // IncrBy adds delta to key.
 func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
-	res, err := s.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: delta}})
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	nd := s.nodes[s.topo.Owner[keyspace.Slot(key)]]
+	nd.rounds.Add(1)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.cmds["incrby"]++
+	v, err := add(nd.ints[key], delta)
 	if err != nil {
 		return 0, err
 	}
-	return res[0].Value, res[0].Err
+	nd.ints[key] = v
+	return v, nil
 }
 
 // IncrMulti applies ops, taking each node's lock once.

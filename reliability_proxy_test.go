@@ -1,0 +1,254 @@
+package hotcount_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/internal/faultproxy"
+)
+
+// These tests put a fault proxy between a Client and one standalone
+// redis-server and check the promises of each mode:
+//
+//   - buffered: every acknowledged Incr lands exactly once, whatever the
+//     network does, because every flush carries a token and a retry of an
+//     applied flush is recognised and skipped;
+//   - unbuffered: an Incr that returns nil landed exactly once; an Incr
+//     that returns ErrUnavailable has an unknown outcome (its command may
+//     have run and only the reply been lost), so the cache holds between
+//     the acknowledged total and the acknowledged plus unknown total;
+//   - no operation hangs: a slow or silent backend fails an operation with
+//     ErrUnavailable after about Config.Timeout.
+
+// toggle switches a fault on for on, off for off, repeatedly, until stop
+// is closed; the fault is off when it returns.
+func toggle(stop <-chan struct{}, on, off time.Duration, set func(bool)) {
+	defer set(false)
+	for {
+		set(true)
+		select {
+		case <-stop:
+			return
+		case <-time.After(on):
+		}
+		set(false)
+		select {
+		case <-stop:
+			return
+		case <-time.After(off):
+		}
+	}
+}
+
+// runFaulted runs buffered load on 16 keys through a proxy while fault
+// toggles, then stops everything, closes the client and checks that the
+// cache holds exactly what was acknowledged.
+func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
+	noLeak(t)
+	px := startProxied(t)
+	c := px.client(t, hotcount.Config{N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond})
+	l := startLoad(c, keysFor(t, 16), 8, 50, 200*time.Microsecond)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		toggle(stop, 150*time.Millisecond, 100*time.Millisecond, func(on bool) { fault(px.proxy, on) })
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	<-done
+	l.halt()
+	l.checkOther(t)
+	if n := l.backp.Load(); n > 0 {
+		t.Errorf("%d increments refused with ErrBackpressure on 16 keys", n)
+	}
+	closeWithin(t, c, 20*time.Second)
+	sum := l.checkExact(t, []string{px.node.Addr}, 4)
+	s := c.BufferStats()
+	t.Logf("acked %d, cache %d; flushes %d, flush errors %d, retries %d, applied %d, skipped (token already used) %d; proxy %+v",
+		l.totalAcked(), sum, s.Flushes, s.FlushErrors, s.Retries, s.OpsApplied, s.OpsSkipped, px.proxy.Stats())
+	return px, c
+}
+
+// TestReliabilityLostRepliesBuffered drops connections after the command
+// was forwarded but before its reply reached the client, again and again,
+// under buffered load: the total is exact, and retries of applied flushes
+// were recognised by their token.
+func TestReliabilityLostRepliesBuffered(t *testing.T) {
+	px, c := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
+		if on {
+			p.DropReplies(1)
+		} else {
+			p.DropReplies(0)
+		}
+	})
+	if s := px.proxy.Stats(); s.RepliesDropped == 0 {
+		t.Fatalf("no reply was dropped: the fault did not happen (%+v)", s)
+	}
+	// The case that matters happened: a flush was applied, its reply was
+	// lost, and its retry was recognised by the token.
+	if s := c.BufferStats(); s.OpsSkipped == 0 {
+		t.Fatalf("no retry met its own token (stats %+v): the lost-reply case was not exercised", s)
+	}
+}
+
+// TestReliabilityLostRepliesUnbuffered: with plain Incr, an increment whose
+// reply is lost fails with ErrUnavailable, and its outcome is unknown.
+func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
+	noLeak(t)
+	px := startProxied(t)
+	c := px.client(t, hotcount.Config{N: 4, Timeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	var acked, unknown int64
+	for i := range 3000 {
+		// Every 7th reply is lost during the middle third.
+		switch i {
+		case 1000:
+			px.proxy.DropReplies(7)
+		case 2000:
+			px.proxy.DropReplies(0)
+		}
+		err := c.Incr(ctx, key, 1)
+		switch {
+		case err == nil:
+			acked++
+		case errors.Is(err, hotcount.ErrUnavailable):
+			unknown++
+		default:
+			t.Fatalf("Incr %d: %v, want nil or ErrUnavailable", i, err)
+		}
+	}
+	got := totals(t, []string{px.node.Addr}, 4, []string{key})[key]
+	t.Logf("acked %d, unknown outcome %d, cache %d (so %d of the unknown landed); proxy %+v",
+		acked, unknown, got, got-acked, px.proxy.Stats())
+	if unknown == 0 {
+		t.Fatal("no Incr failed: the fault did not happen")
+	}
+	if got < acked || got > acked+unknown {
+		t.Fatalf("cache holds %d, want between acked %d and acked+unknown %d", got, acked, acked+unknown)
+	}
+	closeWithin(t, c, 10*time.Second)
+}
+
+// TestReliabilityResets resets every connection repeatedly under buffered
+// load: exact total.
+func TestReliabilityResets(t *testing.T) {
+	px, _ := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
+		if on {
+			p.ResetAll()
+		}
+	})
+	if s := px.proxy.Stats(); s.Resets == 0 {
+		t.Fatalf("no connection was reset (%+v)", s)
+	}
+}
+
+// TestReliabilityPartialWrites cuts commands (upstream) and replies
+// (downstream) short under buffered load: exact total.
+func TestReliabilityPartialWrites(t *testing.T) {
+	for _, d := range []faultproxy.Direction{faultproxy.Upstream, faultproxy.Downstream} {
+		t.Run(d.String(), func(t *testing.T) {
+			px, _ := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
+				if on {
+					p.SetPartialWrite(d, 5)
+				} else {
+					p.SetPartialWrite(d, -1)
+				}
+			})
+			if s := px.proxy.Stats(); s.PartialWrites == 0 {
+				t.Fatalf("no partial write happened (%+v)", s)
+			}
+		})
+	}
+}
+
+// TestReliabilityHalfOpen holds every connection silent (bytes held, then
+// released late) under buffered load: exact total.
+func TestReliabilityHalfOpen(t *testing.T) {
+	runFaulted(t, func(p *faultproxy.Proxy, on bool) { p.SetHalfOpen(on) })
+}
+
+// TestReliabilityNoHang: with latency beyond Config.Timeout, and with
+// half-open connections, Incr, Get and Flush fail with ErrUnavailable
+// after about Timeout instead of hanging. The bound asserted (10 ×
+// Timeout) only tells a timeout from a hang.
+func TestReliabilityNoHang(t *testing.T) {
+	noLeak(t)
+	const timeout = 200 * time.Millisecond
+	px := startProxied(t)
+	plain := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true})
+	buffered := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true, Buffered: true, FlushInterval: time.Hour})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	if err := plain.Incr(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	ops := []struct {
+		name string
+		do   func() error
+	}{
+		{"Incr", func() error { return plain.Incr(ctx, key, 1) }},
+		{"Get", func() error { _, err := plain.Get(ctx, key); return err }},
+		{"Flush", func() error {
+			if err := buffered.Incr(ctx, key, 1); err != nil {
+				return err
+			}
+			return buffered.Flush(ctx)
+		}},
+	}
+	faults := []struct {
+		name    string
+		on, off func()
+	}{
+		{"latency", func() {
+			px.proxy.SetLatency(faultproxy.Downstream, 20*timeout)
+		}, func() { px.proxy.SetLatency(faultproxy.Downstream, 0) }},
+		{"half-open", func() { px.proxy.SetHalfOpen(true) }, func() { px.proxy.SetHalfOpen(false) }},
+		{"paused", func() { px.proxy.Pause(faultproxy.PauseHang) }, px.proxy.Resume},
+	}
+	for _, f := range faults {
+		f.on()
+		for _, op := range ops {
+			start := time.Now()
+			err := op.do()
+			d := time.Since(start)
+			t.Logf("%s: %s failed after %v: %v", f.name, op.name, d.Round(time.Millisecond), err)
+			switch {
+			case err == nil:
+				t.Errorf("%s: %s succeeded", f.name, op.name)
+			case op.name == "Flush" && errors.Is(err, buffer.ErrUnflushed):
+				// The delta is kept and retried. (The cause reported may be
+				// the failed label lookup rather than ErrUnavailable.)
+			case !errors.Is(err, hotcount.ErrUnavailable):
+				t.Errorf("%s: %s = %v, want ErrUnavailable", f.name, op.name, err)
+			}
+			if d > 10*timeout {
+				t.Errorf("%s: %s took %v, more than 10 × Timeout (%v): a hang", f.name, op.name, d, timeout)
+			}
+		}
+		f.off()
+		// The clients recover by themselves once the fault is gone.
+		if err := waitOK(10*time.Second, func() error { return plain.Incr(ctx, key, 1) }); err != nil {
+			t.Fatalf("after %s: Incr still fails: %v", f.name, err)
+		}
+	}
+	closeWithin(t, buffered, 10*time.Second)
+	closeWithin(t, plain, 10*time.Second)
+}
+
+// waitOK retries f until it succeeds or d has passed.
+func waitOK(d time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/hotcount/hotcount"
+)
+
+func TestIncrGetClear(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	r := call(t, s, "POST", "/v1/counters/likes:post:42/incr", `{"by": 5}`)
+	if r.status != 200 || r.body["key"] != "likes:post:42" || r.body["accepted"] != true {
+		t.Fatalf("incr: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "POST", "/v1/counters/likes:post:42/incr", ""); r.status != 200 {
+		t.Fatalf("incr with empty body (by=1): %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "POST", "/v1/counters/likes:post:42/incr", `{"by": -2}`); r.status != 200 {
+		t.Fatalf("negative incr: %d %s", r.status, r.raw)
+	}
+	r = call(t, s, "GET", "/v1/counters/likes:post:42", "")
+	if r.status != 200 || r.body["value"] != json.Number("4") || r.body["mode"] != "fast" || r.body["n"] != json.Number("8") || r.body["stale_ms"] != json.Number("0") {
+		t.Fatalf("get: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/counters/likes:post:42?consistency=cached", ""); r.status != 200 || r.body["value"] != json.Number("4") {
+		t.Fatalf("get cached: %d %s", r.status, r.raw)
+	}
+	for i := 0; i < 2; i++ { // clear is idempotent
+		if r := call(t, s, "DELETE", "/v1/counters/likes:post:42", ""); r.status != 200 || r.body["cleared"] != true {
+			t.Fatalf("clear %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	if v := value(t, c, "likes:post:42"); v != 0 {
+		t.Fatalf("after clear: %d", v)
+	}
+}
+
+// TestEscapedKeys: the key is one URL-escaped segment; slashes, spaces,
+// "#", "?" and non-ASCII round-trip, and "counters:get" as a key does not
+// clash with the batch route.
+func TestEscapedKeys(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	for _, key := range []string{"a/b", "with space", "tag#1", "q?x=1", "日本:likes", "counters:get", "%41"} {
+		p := "/v1/counters/" + url.PathEscape(key)
+		if r := call(t, s, "POST", p+"/incr", `{"by":3}`); r.status != 200 || r.body["key"] != key {
+			t.Fatalf("incr %q: %d %s", key, r.status, r.raw)
+		}
+		if r := call(t, s, "GET", p, ""); r.status != 200 || r.body["key"] != key || r.body["value"] != json.Number("3") {
+			t.Fatalf("get %q: %d %s", key, r.status, r.raw)
+		}
+		if v := value(t, c, key); v != 3 {
+			t.Fatalf("%q holds %d", key, v)
+		}
+	}
+}
+
+func TestGetMulti(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{MaxKeys: 3})
+	c.Incr(context.Background(), "a", 2)
+	c.Incr(context.Background(), "b", 5)
+	r := call(t, s, "POST", "/v1/counters:get", `{"keys":["a","b","missing","a"]}`)
+	if r.status != 400 {
+		t.Fatalf("4 keys over a limit of 3: %d %s", r.status, r.raw)
+	}
+	r = call(t, s, "POST", "/v1/counters:get", `{"keys":["a","b","missing"]}`)
+	want := map[string]any{"a": json.Number("2"), "b": json.Number("5"), "missing": json.Number("0")}
+	if r.status != 200 || fmt.Sprint(r.body["values"]) != fmt.Sprint(want) {
+		t.Fatalf("get multi: %d %s", r.status, r.raw)
+	}
+	// The batch route and the per-key route are distinct.
+	if r := call(t, s, "GET", "/v1/counters:get", ""); r.status != 405 || r.header.Get("Allow") != "POST" {
+		t.Fatalf("GET /v1/counters:get: %d %s allow=%q", r.status, r.raw, r.header.Get("Allow"))
+	}
+}
+
+func TestOverflowIsConflict(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	body := fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", body); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", `{"by": 1}`); r.status != 409 || r.body["error"] == nil {
+		t.Fatalf("overflow: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, "one:k"); v != math.MaxInt64 {
+		t.Fatalf("value changed on overflow: %d", v)
+	}
+}
+
+func TestShardsAndPlacementRates(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	for i := 0; i < 4; i++ {
+		call(t, s, "POST", "/v1/counters/hot/incr", `{"by":10}`)
+	}
+	call(t, s, "POST", "/v1/counters/cold/incr", ``)
+	r := call(t, s, "GET", "/v1/counters/hot/shards", "")
+	if r.status != 200 || r.body["value"] != json.Number("40") || r.body["n"] != json.Number("8") {
+		t.Fatalf("shards: %d %s", r.status, r.raw)
+	}
+	var sum int64
+	for _, sh := range r.body["shards"].([]any) {
+		m := sh.(map[string]any)
+		v, _ := m["value"].(json.Number).Int64()
+		sum += v
+		if m["node"] == "" || !strings.HasPrefix(m["sub_key"].(string), "{hot#") {
+			t.Fatalf("bad shard %v", m)
+		}
+	}
+	if sum != value(t, c, "hot") {
+		t.Fatalf("shard sum %d != value", sum)
+	}
+	r = call(t, s, "GET", "/v1/hotkeys?n=1", "")
+	keys := r.body["keys"].([]any)
+	if r.status != 200 || len(keys) != 1 || keys[0].(map[string]any)["key"] != "hot" || keys[0].(map[string]any)["n"] != json.Number("8") {
+		t.Fatalf("hotkeys: %d %s", r.status, r.raw)
+	}
+	r = call(t, s, "GET", "/v1/nodes", "")
+	nodes := r.body["nodes"].([]any)
+	if r.status != 200 || len(nodes) != hotcount.DefaultEmbeddedNodes {
+		t.Fatalf("nodes: %d %s", r.status, r.raw)
+	}
+	var total float64
+	for _, n := range nodes {
+		f, _ := n.(map[string]any)["rate"].(json.Number).Float64()
+		total += f
+	}
+	// 5 increments in a window of at least one bucket (1 s) and at most 10 s.
+	if total <= 0 || total > 5+1e-9 {
+		t.Fatalf("node rates sum to %v", total)
+	}
+	// Growing is immediate; the value is kept.
+	r = call(t, s, "PUT", "/v1/counters/hot/shards", `{"n": 16}`)
+	if r.status != 200 || r.body["n"] != json.Number("16") || r.body["value"] != json.Number("40") {
+		t.Fatalf("resize: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, "hot"); v != 40 {
+		t.Fatalf("after resize: %d", v)
+	}
+}
+
+func TestOptionalCapabilities(t *testing.T) {
+	f := &fakeFull{ids: map[string]bool{}, mode: ModeDurable}
+	s, _ := newTestServer(t, f, Config{})
+	for i := 0; i < 3; i++ {
+		if r := call(t, s, "POST", "/v1/counters/k/incr", `{"by":2,"id":"req-1"}`); r.status != 200 {
+			t.Fatalf("incr id: %d %s", r.status, r.raw)
+		}
+	}
+	r := call(t, s, "GET", "/v1/counters/k?consistency=exact", "")
+	if r.status != 200 || r.body["value"] != json.Number("2") || r.body["mode"] != "durable" {
+		t.Fatalf("exact: %d %s", r.status, r.raw)
+	}
+	f.mode = ModeFast
+	if r := call(t, s, "GET", "/v1/counters/k?consistency=exact", ""); r.status != 400 {
+		t.Fatalf("exact on a fast key: %d %s", r.status, r.raw)
+	}
+	r = call(t, s, "PUT", "/v1/counters/k/shards", `{"n": 16}`)
+	if r.status != 200 || f.resized != 16 {
+		t.Fatalf("resize: %d %s (resized %d)", r.status, r.raw, f.resized)
+	}
+	if r := call(t, s, "GET", "/v1/hotkeys", ""); !strings.Contains(r.raw, "from-backend") {
+		t.Fatalf("hotkeys from backend: %s", r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/nodes", ""); !strings.Contains(r.raw, `"n1"`) {
+		t.Fatalf("nodes from backend: %s", r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/counters/k/shards", ""); r.status != 501 {
+		t.Fatalf("shards without ShardReporter: %d %s", r.status, r.raw)
+	}
+}
+
+func TestMissingCapabilities(t *testing.T) {
+	var incrs int
+	f := &fake{incr: func(context.Context, string, int64) error { incrs++; return nil }}
+	s, _ := newTestServer(t, f, Config{})
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/v1/counters/k/incr", `{"id":"x"}`},
+		{"GET", "/v1/counters/k?consistency=exact", ""},
+		{"GET", "/v1/counters/k/shards", ""},
+		{"PUT", "/v1/counters/k/shards", `{"n":4}`},
+	} {
+		if r := call(t, s, tc.method, tc.path, tc.body); r.status != 501 || r.body["error"] == nil {
+			t.Errorf("%s %s: %d %s", tc.method, tc.path, r.status, r.raw)
+		}
+	}
+	if incrs != 0 {
+		t.Fatalf("a 501 incremented")
+	}
+}
+
+// TestFastKeyRefusesDurableFeatures: on the real Client, an idempotency id
+// or an exact read on a fast-mode key is a 400 and changes nothing.
+func TestFastKeyRefusesDurableFeatures(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	if r := call(t, s, "POST", "/v1/counters/k/incr", `{"id":"x"}`); r.status != 400 {
+		t.Fatalf("id on a fast key: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/counters/k?consistency=exact", ""); r.status != 400 {
+		t.Fatalf("exact on a fast key: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, "k"); v != 0 {
+		t.Fatalf("counter changed: %d", v)
+	}
+}
+
+func TestBackendUnavailable(t *testing.T) {
+	down := fmt.Errorf("dial: %w", hotcount.ErrUnavailable)
+	f := &fake{
+		incr: func(context.Context, string, int64) error { return down },
+		get:  func(context.Context, string) (hotcount.Reading, error) { return hotcount.Reading{}, down },
+	}
+	s, _ := newTestServer(t, f, Config{RetryAfter: 3e9})
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/v1/counters/k/incr", ""},
+		{"GET", "/v1/counters/k", ""},
+		{"POST", "/v1/counters:get", `{"keys":["k"]}`},
+	} {
+		r := call(t, s, tc.method, tc.path, tc.body)
+		if r.status != 503 || r.header.Get("Retry-After") != "3" || r.body["error"] == nil {
+			t.Fatalf("%s %s: %d %s retry-after=%q", tc.method, tc.path, r.status, r.raw, r.header.Get("Retry-After"))
+		}
+	}
+}
+
+func TestPanicIsRecovered(t *testing.T) {
+	f := &fake{incr: func(context.Context, string, int64) error { panic("boom") }}
+	s, _ := newTestServer(t, f, Config{})
+	r := call(t, s, "POST", "/v1/counters/k/incr", "")
+	if r.status != 500 || r.body["error"] != "internal error" {
+		t.Fatalf("panic: %d %s", r.status, r.raw)
+	}
+	m := call(t, s, "GET", "/metrics", "")
+	if !strings.Contains(m.raw, "hotcount_http_panics_total 1") {
+		t.Fatalf("panic not counted:\n%s", m.raw)
+	}
+}
+
+func TestTokenAccepted(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{Token: "s3cret"})
+	if r := call(t, s, "POST", "/v1/counters/k/incr", "", "Authorization", "Bearer s3cret"); r.status != 200 {
+		t.Fatalf("with token: %d %s", r.status, r.raw)
+	}
+	// Reads need no token.
+	if r := call(t, s, "GET", "/v1/counters/k", ""); r.status != 200 || r.body["value"] != json.Number("1") {
+		t.Fatalf("read: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "DELETE", "/v1/counters/k", "", "Authorization", "Bearer s3cret"); r.status != 200 {
+		t.Fatalf("clear with token: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, "k"); v != 0 {
+		t.Fatalf("value %d", v)
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	if r := call(t, s, "GET", "/healthz", ""); r.status != 200 {
+		t.Fatalf("healthz: %d", r.status)
+	}
+	if r := call(t, s, "GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("readyz: %d %s", r.status, r.raw)
+	}
+	call(t, s, "POST", "/v1/counters/m/incr", "")
+	m := call(t, s, "GET", "/metrics", "")
+	for _, want := range []string{
+		`hotcount_http_requests_total{code="200",route="POST /v1/counters/{key}/incr"} 1`,
+		"hotcount_http_increments_total 1",
+		`hotcount_hot_key_rate{key="m"}`,
+		`hotcount_node_write_rate{node=`,
+	} {
+		if !strings.Contains(m.raw, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, line := range strings.Split(m.raw, "\n") {
+		if line != "" && !strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "hotcount_") {
+			t.Errorf("metric without the hotcount_ prefix: %q", line)
+		}
+	}
+	c.Close(context.Background())
+	if r := call(t, s, "GET", "/readyz", ""); r.status != 503 {
+		t.Fatalf("readyz with a closed client: %d %s", r.status, r.raw)
+	}
+	s2, _ := newTestServer(t, nil, Config{})
+	s2.Drain()
+	s2.Drain()
+	if r := call(t, s2, "GET", "/readyz", ""); r.status != 503 {
+		t.Fatalf("readyz while draining: %d", r.status)
+	}
+}
+
+func TestDashboardAndAssets(t *testing.T) {
+	s, _ := newTestServer(t, nil, Config{})
+	for _, tc := range []struct {
+		path, ctype string
+		status      int
+	}{
+		{"/", "text/html", 200},
+		{"/assets/dashboard.js", "text/javascript", 200},
+		{"/assets/vendor/uplot/uPlot.iife.min.js", "text/javascript", 200},
+		{"/assets/vendor/uplot/uPlot.min.css", "text/css", 200},
+		{"/v1/openapi.json", "application/json", 200},
+		{"/assets/nope.js", "application/json", 404},
+		{"/assets/../server.go", "", 0}, // cleaned by the mux: a redirect, never the file
+	} {
+		r := call(t, s, "GET", tc.path, "")
+		if tc.status == 0 {
+			if r.status == 200 {
+				t.Errorf("%s served: %q", tc.path, r.raw[:min(40, len(r.raw))])
+			}
+			continue
+		}
+		if r.status != tc.status || !strings.HasPrefix(r.header.Get("Content-Type"), tc.ctype) {
+			t.Errorf("%s: %d %q", tc.path, r.status, r.header.Get("Content-Type"))
+		}
+	}
+	if r := call(t, s, "GET", "/", ""); !strings.Contains(r.raw, "uPlot.iife.min.js") || strings.Contains(r.raw, "//cdn") {
+		t.Errorf("dashboard page does not load the bundled uPlot")
+	}
+	if r := call(t, s, "GET", "/nope", ""); r.status != http.StatusNotFound || r.body["error"] == nil {
+		t.Errorf("unknown path: %d %s", r.status, r.raw)
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without a backend succeeded")
+	}
+	if _, err := New(Config{Backend: &fake{}, MaxKeys: -1}); err == nil {
+		t.Fatal("negative MaxKeys accepted")
+	}
+	if _, err := New(Config{Backend: &fake{}, Token: " x"}); err == nil {
+		t.Fatal("token with a space accepted")
+	}
+	if _, err := New(Config{Backend: &fake{}}); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+}
