@@ -92,6 +92,25 @@ func newDurability(c *Client) (*durability, error) {
 	return d, nil
 }
 
+// startup repairs the cache view before the Client is used: a checkpoint
+// round checks every node's sentinel and restores fast-mode counters of a
+// node that lost its data (the embedded store after a restart, a Redis
+// primary restarted empty); when one did, durable-mode counters are
+// rebuilt from the log as well. Nothing writes through this Client yet, so
+// the rebuild is exact.
+func (d *durability) startup(ctx context.Context) error {
+	rep, err := d.ck.round(ctx)
+	if err != nil {
+		return fmt.Errorf("startup check of the cache: %w", err)
+	}
+	if len(rep.Restores) > 0 && d.com != nil {
+		if _, err := d.c.Rebuild(ctx, ""); err != nil {
+			return fmt.Errorf("startup rebuild of durable counters: %w", err)
+		}
+	}
+	return nil
+}
+
 // commitTimeout bounds one group commit: a few backend round trips.
 func commitTimeout(t time.Duration) time.Duration { return max(5*t, durable.DefaultCommitTimeout) }
 

@@ -116,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if mb, ok := c.st.(meta.Backend); ok {
 		mcfg := meta.Config{
 			TTL:      s.MetaTTL,
+			Margin:   metaMargin(s.MetaTTL),
 			Clock:    metaClock{now: c.now},
 			DefaultN: func(key string) int { return c.cfg.namespace(key).N },
 			Naive:    s.NaiveLabels,
@@ -162,6 +163,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if s.Durable != nil {
 		c.dur, err = newDurability(c)
 		if err != nil {
+			_ = c.closeParts(ctx)
+			return nil, err
+		}
+	}
+	if c.dur != nil {
+		if err := c.dur.startup(ctx); err != nil {
 			_ = c.closeParts(ctx)
 			return nil, err
 		}

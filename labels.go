@@ -74,6 +74,17 @@ func (c *Client) checkMeta(key string) error {
 	return nil
 }
 
+// metaMargin is how long, beyond the metadata TTL, a fold waits for the
+// increments already on their way to a label it stops writing: half the
+// TTL, and at least 500 ms, so that a writer paused between choosing a
+// label and sending its increment (GC, scheduling) is not a straggler.
+func metaMargin(ttl time.Duration) time.Duration {
+	if ttl == 0 {
+		ttl = meta.DefaultTTL
+	}
+	return max(ttl/2, 500*time.Millisecond)
+}
+
 // metaClock adapts the Client's clock to meta.Clock. Sleep waits in real
 // time: folds wait out the metadata TTL of other processes.
 type metaClock struct{ now func() time.Time }

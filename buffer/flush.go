@@ -59,7 +59,8 @@ func (b *Buffer) Flush(ctx context.Context) error {
 }
 
 // Close stops the flusher, takes every accumulated delta and retries the
-// pending ops, with backoff, until all are acknowledged or ctx ends. In
+// pending ops, with a short backoff (50 ms up to 1 s), until all are
+// acknowledged or ctx ends. In
 // that case it returns an error wrapping ErrUnflushed that says how much is
 // still held; calling Close again resumes the retries. Add returns
 // ErrClosed once Close has begun. Close is idempotent.
@@ -88,9 +89,19 @@ func (b *Buffer) Close(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return b.unflushed(cause)
-		case <-b.cfg.Clock.After(b.backoff(failures + 1)):
+		case <-b.cfg.Clock.After(closeBackoff(failures + 1)):
 		}
 	}
+}
+
+// closeBackoff is the wait of Close after its n-th failed retry: it drains,
+// so it retries sooner than the flusher (50 ms doubling, at most 1 s).
+func closeBackoff(n int) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 1; i < n && d < time.Second; i++ {
+		d *= 2
+	}
+	return min(d, time.Second)
 }
 
 // unflushed describes what is still held.

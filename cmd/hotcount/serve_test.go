@@ -203,21 +203,15 @@ func stopBinary(t *testing.T, cmd *exec.Cmd, stderr *syncBuffer) {
 }
 
 // expectAfterRestart checks a fast-mode counter's cached value after a
-// clean stop and a restart on the same data folder.
-//
-// TODO: fast mode checkpoints totals to the SQLite file, but the embedded
-// cache starts empty in a new process and the Client does not restore a
-// fresh embedded store from the checkpoints, so the value reads 0. When it
-// does, every acknowledged (and buffered) increment must survive a clean
-// stop and this must assert after == before. Today it asserts the current
-// behaviour, after == 0, so that the change makes this test fail until it
-// is updated. (Durable mode already survives: TestServeBinaryDurable.)
+// clean stop and a restart on the same data folder: the stop takes a last
+// checkpoint, and the new process finds the embedded cache empty (its
+// sentinels are gone) and restores the counter from it.
 func expectAfterRestart(t *testing.T, before, after int64) {
 	t.Helper()
-	if after != 0 {
-		t.Fatalf("after restart the value is %d (before %d): fast-mode restore works now, update expectAfterRestart to want after == before", after, before)
+	if after != before {
+		t.Fatalf("after restart the value is %d, before the stop it was %d", after, before)
 	}
-	t.Logf("fast mode: value before stop %d, after restart %d (embedded cache not restored from checkpoints yet)", before, after)
+	t.Logf("fast mode: value before stop %d, after restart %d", before, after)
 }
 
 // TestServeBinary builds the binary, serves on a free port, increments,
