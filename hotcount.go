@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
-	if c.dur != nil {
+	if c.dur != nil && !s.NoStartupRepair {
 		if err := c.dur.startup(ctx); err != nil {
 			_ = c.closeParts(ctx)
 			return nil, err

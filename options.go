@@ -103,6 +103,12 @@ type Config struct {
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
 	OnRestore func(Restore)
+	// NoStartupRepair skips the check New makes when there is a durable
+	// store: restore fast-mode counters of cache nodes that lost their data
+	// (an empty embedded store after a restart, a Redis primary restarted
+	// empty) and rebuild durable-mode counters. Tools that repair
+	// explicitly (Rebuild) set it.
+	NoStartupRepair bool
 	// Timeout bounds each round trip to the backend; 0 means 2 s.
 	Timeout time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake.

@@ -105,6 +105,10 @@ type Report struct {
 	Value int64 `json:"value"`
 	// Shards lists the sub-counters.
 	Shards []Shard `json:"shards"`
+	// Collisions counts sub-counters of the write set beyond an even
+	// spread over the primaries (0 while placement is intact; a slot
+	// migration can raise it).
+	Collisions int `json:"collisions"`
 }
 
 // Shard is one sub-counter in a Report.
@@ -112,7 +116,7 @@ type Shard struct {
 	// Label is the sub-counter's label.
 	Label string `json:"label"`
 	// SubKey is its cache key.
-	SubKey string `json:"sub_key"`
+	SubKey string `json:"key"`
 	// Node is the node that owns its slot.
 	Node string `json:"node"`
 	// Slot is its hash slot.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/placement"
 )
 
 // ClientBackend serves a *hotcount.Client. The embedded Client's own
@@ -65,7 +66,7 @@ func (b *ClientBackend) Shards(ctx context.Context, key string) (Report, error) 
 	if err := keyspace.Validate(key); err != nil {
 		return Report{}, err
 	}
-	_, labels, err := b.Labels(ctx, key)
+	write, labels, err := b.Labels(ctx, key)
 	if err != nil {
 		return Report{}, fmt.Errorf("labels of %q: %w", key, err)
 	}
@@ -90,6 +91,7 @@ func (b *ClientBackend) Shards(ctx context.Context, key string) (Report, error) 
 		rep.Value += vals[i]
 	}
 	rep.DistinctNodes = len(distinct)
+	rep.Collisions = placement.Report(topo, key, write, nil).Collisions
 	return rep, nil
 }
 

@@ -109,7 +109,7 @@ func TestShardsAndPlacementRates(t *testing.T) {
 		m := sh.(map[string]any)
 		v, _ := m["value"].(json.Number).Int64()
 		sum += v
-		if m["node"] == "" || !strings.HasPrefix(m["sub_key"].(string), "{hot#") {
+		if m["node"] == "" || !strings.HasPrefix(m["key"].(string), "{hot#") {
 			t.Fatalf("bad shard %v", m)
 		}
 	}
@@ -274,6 +274,9 @@ func TestHealthReadyMetrics(t *testing.T) {
 		"hotcount_http_increments_total 1",
 		`hotcount_hot_key_rate{key="m"}`,
 		`hotcount_node_write_rate{node=`,
+		"hotcount_buffer_unflushed_delta 0",
+		"hotcount_buffer_oldest_unflushed_seconds 0",
+		"hotcount_checkpoints_total",
 	} {
 		if !strings.Contains(m.raw, want) {
 			t.Errorf("metrics lack %q", want)

@@ -10,15 +10,35 @@ import (
 	"github.com/hotcount/hotcount"
 )
 
-// backendFlags are the flags that choose a backend for one-shot commands.
+// backendFlags are the flags that choose a backend for one-shot commands:
+// a running server (--server), or a backend directly.
 type backendFlags struct {
-	redis string
-	n     int
+	server string
+	token  string
+	redis  string
+	n      int
 }
 
 func (b *backendFlags) register(fs *flagSet) {
+	fs.StringVar(&b.server, "server", "", "URL of a running `hotcount serve` (instead of --redis)")
+	fs.StringVar(&b.token, "token", "", "bearer token for --server write endpoints")
 	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated (empty: the embedded store, which lives only inside this one process)")
-	fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters")
+	fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters of a counter that has no metadata yet")
+}
+
+// remote returns the server client when --server was given.
+func (b *backendFlags) remote(stderr io.Writer) (r *remote, code int, ok bool) {
+	if b.server == "" {
+		return nil, 0, true
+	}
+	if b.redis != "" {
+		return nil, usagef(stderr, "give --server or --redis, not both"), false
+	}
+	r, err := newRemote(b.server, b.token)
+	if err != nil {
+		return nil, usagef(stderr, "%v", err), false
+	}
+	return r, 0, true
 }
 
 func (b *backendFlags) open(ctx context.Context) (*hotcount.Client, error) {
@@ -51,6 +71,21 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := validateInput(*key, *by); err != nil {
 		return usagef(stderr, "incr: %v", err)
+	}
+	rem, code, ok := b.remote(stderr)
+	if !ok {
+		return code
+	}
+	if rem != nil {
+		var out map[string]any
+		if err := rem.do(ctx, "POST", counterPath(*key, "/incr"), map[string]int64{"by": *by}, &out); err != nil {
+			return remoteFailure(stderr, "incr", err)
+		}
+		if *asJSON {
+			return printJSON(stdout, stderr, map[string]any{"key": *key, "accepted": true, "by": *by})
+		}
+		fmt.Fprintf(stdout, "%s += %d\n", *key, *by)
+		return exitOK
 	}
 	c, err := b.open(ctx)
 	if err != nil {
@@ -87,6 +122,25 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := validateInput(*key, 1); err != nil {
 		return usagef(stderr, "get: %v", err)
+	}
+	rem, code, ok := b.remote(stderr)
+	if !ok {
+		return code
+	}
+	if rem != nil {
+		var out struct {
+			Key     string `json:"key"`
+			Value   int64  `json:"value"`
+			StaleMS int64  `json:"stale_ms"`
+		}
+		if err := rem.do(ctx, "GET", counterPath(*key, ""), nil, &out); err != nil {
+			return remoteFailure(stderr, "get", err)
+		}
+		if *asJSON {
+			return printJSON(stdout, stderr, map[string]any{"key": out.Key, "value": out.Value, "stale_ms": out.StaleMS})
+		}
+		fmt.Fprintf(stdout, "%d\n", out.Value)
+		return exitOK
 	}
 	c, err := b.open(ctx)
 	if err != nil {

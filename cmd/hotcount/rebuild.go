@@ -59,7 +59,8 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer be.Close()
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Redis: splitAddrs(*redisAddrs), N: *n, Mode: hotcount.ModeDurable,
+		NoStartupRepair: true, // the rebuild below does it and reports it
+		Redis:           splitAddrs(*redisAddrs), N: *n, Mode: hotcount.ModeDurable,
 		Durable: be, NoReadCache: true,
 	})
 	if err != nil {

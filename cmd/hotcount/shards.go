@@ -37,18 +37,36 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := hotcount.ValidateKey(*key); err != nil {
 		return usagef(stderr, "shards: %v", err)
 	}
-	c, err := b.open(ctx)
-	if err != nil {
-		return openFailure(stderr, err)
+	rem, code, ok := b.remote(stderr)
+	if !ok {
+		return code
 	}
-	defer c.Close(context.Background())
-	rep, err := c.Shards(ctx, *key)
-	if err != nil {
-		return failf(stderr, "shards: %v", err)
-	}
-	out := shardsJSON{
-		Key: *key, N: len(rep.Meta.Write), Epoch: rep.Meta.Epoch,
-		Shards: rep.Placement.Shards, Collisions: rep.Collisions, Total: rep.Total,
+	var out shardsJSON
+	if rem != nil {
+		var rep struct {
+			N          int               `json:"n"`
+			Value      int64             `json:"value"`
+			Shards     []placement.Shard `json:"shards"`
+			Collisions int               `json:"collisions"`
+		}
+		if err := rem.do(ctx, "GET", counterPath(*key, "/shards"), nil, &rep); err != nil {
+			return remoteFailure(stderr, "shards", err)
+		}
+		out = shardsJSON{Key: *key, N: rep.N, Shards: rep.Shards, Collisions: rep.Collisions, Total: rep.Value}
+	} else {
+		c, err := b.open(ctx)
+		if err != nil {
+			return openFailure(stderr, err)
+		}
+		defer c.Close(context.Background())
+		rep, err := c.Shards(ctx, *key)
+		if err != nil {
+			return failf(stderr, "shards: %v", err)
+		}
+		out = shardsJSON{
+			Key: *key, N: len(rep.Meta.Write), Epoch: rep.Meta.Epoch,
+			Shards: rep.Placement.Shards, Collisions: rep.Collisions, Total: rep.Total,
+		}
 	}
 	if out.Shards == nil {
 		out.Shards = []placement.Shard{}
@@ -66,6 +84,8 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("resize", stderr)
+	server := fs.String("server", "", "URL of a running `hotcount serve` (instead of --redis)")
+	token := fs.String("token", "", "bearer token for --server")
 	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store of this process)")
 	key := fs.String("key", "", "counter key (required)")
 	n := fs.Int("n", 0, "new number of sub-counters (required, 1..1024)")
@@ -81,6 +101,29 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if err := hotcount.ValidateKey(*key); err != nil {
 		return usagef(stderr, "resize: %v", err)
+	}
+	if *server != "" {
+		if *redis != "" {
+			return usagef(stderr, "resize: give --server or --redis, not both")
+		}
+		rem, err := newRemote(*server, *token)
+		if err != nil {
+			return usagef(stderr, "resize: %v", err)
+		}
+		var rep struct {
+			N      int `json:"n"`
+			Shards []struct {
+				Label string `json:"label"`
+			} `json:"shards"`
+		}
+		if err := rem.do(ctx, "PUT", counterPath(*key, "/shards"), map[string]int{"n": *n}, &rep); err != nil {
+			return remoteFailure(stderr, "resize", err)
+		}
+		if *asJSON {
+			return printJSON(stdout, stderr, map[string]any{"key": *key, "n": rep.N})
+		}
+		fmt.Fprintf(stdout, "%s: n=%d\n", *key, rep.N)
+		return exitOK
 	}
 	c, err := hotcount.New(ctx, hotcount.Config{Redis: splitAddrs(*redis), NoReadCache: true})
 	if err != nil {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestCommandsAgainstServer runs incr, get, shards and resize with
+// --server against a real `hotcount serve` process on the embedded default.
+func TestCommandsAgainstServer(t *testing.T) {
+	bin := buildBinary(t)
+	cmd, base, _ := startBinary(t, bin, "--data", filepath.Join(t.TempDir(), "data"), "--token", "s3cret")
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	srv := []string{"--server", base, "--token", "s3cret"}
+	for range 4 {
+		if code, _, stderr := runCLI(append([]string{"incr", "--key", "likes:post:9", "--by", "5"}, srv...)...); code != exitOK {
+			t.Fatalf("incr: exit %d: %s", code, stderr)
+		}
+	}
+	code, out, stderr := runCLI("get", "--key", "likes:post:9", "--json", "--server", base)
+	var got struct {
+		Value int64 `json:"value"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &got) != nil || got.Value != 20 {
+		t.Fatalf("get: exit %d, %q %s", code, out, stderr)
+	}
+	if code, _, stderr := runCLI(append([]string{"resize", "--key", "likes:post:9", "--n", "3"}, srv...)...); code != exitOK {
+		t.Fatalf("resize: exit %d: %s", code, stderr)
+	}
+	code, out, stderr = runCLI("shards", "--key", "likes:post:9", "--json", "--server", base)
+	var rep shardsJSON
+	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 3 || len(rep.Shards) != 3 || rep.Total != 20 {
+		t.Fatalf("shards: exit %d, %q %s", code, out, stderr)
+	}
+	for _, s := range rep.Shards {
+		if !strings.HasPrefix(s.Key, "{likes:post:9#") || s.Node == "" {
+			t.Errorf("shard %+v", s)
+		}
+	}
+	// A write without the token is refused by the server: exit 2.
+	if code, _, stderr := runCLI("incr", "--key", "likes:post:9", "--server", base); code != exitUsage || !strings.Contains(stderr, "401") {
+		t.Fatalf("incr without token: exit %d %q", code, stderr)
+	}
+	if code, _, _ := runCLI("get", "--key", "k", "--server", "not a url"); code != exitUsage {
+		t.Fatalf("bad --server: exit %d", code)
+	}
+	if code, _, _ := runCLI("get", "--key", "k", "--server", base, "--redis", "127.0.0.1:1"); code != exitUsage {
+		t.Fatalf("--server with --redis: exit %d", code)
+	}
+}
