@@ -14,46 +14,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/internal/testenv"
 )
-
-// durPGURL is the test database; HOTCOUNT_TEST_POSTGRES overrides it.
-func durPGURL() string {
-	if u := os.Getenv("HOTCOUNT_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
 
 func durRandHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// durFreshSchema returns a new schema name, dropped when t ends.
-func durFreshSchema(t testing.TB) string {
-	name := "hc_test_" + durRandHex(6)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, durPGURL())
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
 }
 
 // durStore is a durable backend the tests run against; open may be called
@@ -81,11 +54,11 @@ func durStores() []durStore {
 		},
 		{
 			name: "postgres",
-			loc:  func(t testing.TB) string { return durFreshSchema(t) },
+			loc:  func(t testing.TB) string { return testenv.PostgresSchema(t) },
 			open: func(t testing.TB, loc string) durable.Backend {
-				db, err := postgres.Open(context.Background(), postgres.Config{URL: durPGURL(), Schema: loc, MaxConns: 8})
+				db, err := postgres.Open(context.Background(), postgres.Config{URL: testenv.PostgresURL(), Schema: loc, MaxConns: 8})
 				if err != nil {
-					t.Fatalf("open postgres (is it running at %s?): %v", durPGURL(), err)
+					t.Fatalf("open postgres (is it running at %s?): %v", testenv.PostgresURL(), err)
 				}
 				t.Cleanup(func() { _ = db.Close() })
 				return db

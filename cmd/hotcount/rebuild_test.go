@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
@@ -60,7 +54,7 @@ func TestRebuildCommand(t *testing.T) {
 			return db, []string{"--data", dir}
 		}},
 		{"postgres", func(t *testing.T) (durable.Backend, []string) {
-			url, schema := rebuildPGURL(), rebuildSchema(t)
+			url, schema := testenv.PostgresURL(), testenv.PostgresSchema(t)
 			db, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
 			if err != nil {
 				t.Fatal(err)
@@ -113,31 +107,4 @@ func TestRebuildCommand(t *testing.T) {
 			}
 		})
 	}
-}
-
-func rebuildPGURL() string {
-	if u := os.Getenv("HOTCOUNT_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// rebuildSchema returns a fresh schema name, dropped when t ends.
-func rebuildSchema(t *testing.T) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "hc_test_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, rebuildPGURL())
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/durabletest"
 	"github.com/hotcount/hotcount/durable/postgres"
+	"github.com/hotcount/hotcount/internal/testenv"
 )
 
 func benchDB(b *testing.B) *postgres.DB {
-	db := openCfg(b, postgres.Config{URL: testURL(), Schema: freshSchema(b), MaxConns: 16})
+	db := openCfg(b, postgres.Config{URL: testenv.PostgresURL(), Schema: testenv.PostgresSchema(b), MaxConns: 16})
 	b.Cleanup(func() { db.Close() })
 	return db
 }

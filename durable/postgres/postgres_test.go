@@ -2,10 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -15,36 +12,8 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/durabletest"
 	"github.com/hotcount/hotcount/durable/postgres"
+	"github.com/hotcount/hotcount/internal/testenv"
 )
-
-// testURL is the test database; HOTCOUNT_TEST_POSTGRES overrides it.
-func testURL() string {
-	if u := os.Getenv("HOTCOUNT_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// freshSchema returns a new schema name, dropped when t ends.
-func freshSchema(t testing.TB) string {
-	var b [6]byte
-	rand.Read(b[:])
-	name := "hc_test_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, testURL())
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
 
 func openCfg(t testing.TB, cfg postgres.Config) *postgres.DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -57,9 +26,9 @@ func openCfg(t testing.TB, cfg postgres.Config) *postgres.DB {
 }
 
 func open(t *testing.T) durable.Backend {
-	schema := durabletest.Memo(t, "schema", func() any { return freshSchema(t) }).(string)
+	schema := durabletest.Memo(t, "schema", func() any { return testenv.PostgresSchema(t) }).(string)
 	return openCfg(t, postgres.Config{
-		URL:         testURL(),
+		URL:         testenv.PostgresURL(),
 		Schema:      schema,
 		DedupWindow: durabletest.DedupWindow,
 		Clock:       durabletest.Clock(t),
@@ -71,8 +40,8 @@ func TestConformance(t *testing.T) { durabletest.Run(t, open) }
 
 func TestMigrationVersions(t *testing.T) {
 	ctx := context.Background()
-	schema := freshSchema(t)
-	cfg := postgres.Config{URL: testURL(), Schema: schema}
+	schema := testenv.PostgresSchema(t)
+	cfg := postgres.Config{URL: testenv.PostgresURL(), Schema: schema}
 	for range 2 {
 		db := openCfg(t, cfg)
 		v, err := db.Version(ctx)
@@ -81,7 +50,7 @@ func TestMigrationVersions(t *testing.T) {
 			t.Fatalf("Version = %d, %v; want %d", v, err, postgres.SchemaVersion)
 		}
 	}
-	conn, err := pgx.Connect(ctx, testURL())
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +75,9 @@ func TestConfigErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range []postgres.Config{
 		{},
-		{URL: testURL(), Schema: "Bad-Name"},
-		{URL: testURL(), DedupWindow: -time.Second},
-		{URL: testURL(), MaxConns: -1},
+		{URL: testenv.PostgresURL(), Schema: "Bad-Name"},
+		{URL: testenv.PostgresURL(), DedupWindow: -time.Second},
+		{URL: testenv.PostgresURL(), MaxConns: -1},
 	} {
 		if _, err := postgres.Open(ctx, cfg); !errors.Is(err, durable.ErrInvalidConfig) {
 			t.Errorf("Open(%+v) err = %v, want ErrInvalidConfig", cfg, err)
