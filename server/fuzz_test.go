@@ -31,7 +31,7 @@ func FuzzIncr(f *testing.F) {
 		r := call(t, s, "POST", "/v1/counters/"+url.PathEscape(key)+"/incr", body)
 		switch r.status {
 		case 200, 400, 409, 413, 501:
-		case 301, 404, 405: // path cleaning of keys such as "." or ".."
+		case 404, 405: // a key with "/" names another route
 			return
 		default:
 			t.Fatalf("key %q body %q: status %d %s", key, body, r.status, r.raw)

@@ -240,6 +240,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(rw, http.StatusInternalServerError, errorBody{Error: "internal error"})
 		}
 	}()
+	if strings.HasPrefix(r.URL.Path, "/v1/counters/") {
+		if msg := badCounterPath(r.URL.EscapedPath()); msg != "" {
+			// The mux would clean such a path and redirect it elsewhere.
+			rw.routed = true
+			writeJSON(rw, http.StatusBadRequest, errorBody{Error: msg})
+			s.metrics.observeUnmatched(http.StatusBadRequest)
+			return
+		}
+	}
 	s.mux.ServeHTTP(rw, r)
 	if rw.routed {
 		return
@@ -324,4 +333,19 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
+}
+
+// badCounterPath explains why a /v1/counters/ path has an empty, "." or
+// ".." key segment, or returns "" when it has none. Such keys cannot be
+// named in a path (they are valid keys for POST /v1/counters:get).
+func badCounterPath(escaped string) string {
+	rest := strings.TrimPrefix(escaped, "/v1/counters/")
+	seg, _, _ := strings.Cut(rest, "/")
+	switch seg {
+	case "":
+		return "the counter key in the path is empty"
+	case ".", "..":
+		return fmt.Sprintf("the counter key %q cannot be used in a path", seg)
+	}
+	return ""
 }
