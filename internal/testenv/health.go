@@ -215,6 +215,20 @@ func (c *Cluster) healthy(ctx context.Context) error {
 				return fmt.Errorf("%s: replica %d is %q", p.Addr, k, v)
 			}
 		}
+		// The primary's own cluster view (gossip) must list them too.
+		s, err := Do(ctx, p.Addr, "CLUSTER", "NODES")
+		if err != nil {
+			return err
+		}
+		seen := 0
+		for _, e := range parseClusterNodes(s) {
+			if e.has("slave") && e.master == id && !e.has("fail") && !e.has("fail?") {
+				seen++
+			}
+		}
+		if seen != want {
+			return fmt.Errorf("%s: its cluster view lists %d replicas, want %d", p.Addr, seen, want)
+		}
 	}
 	return nil
 }
