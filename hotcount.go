@@ -245,10 +245,14 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 // sub-counter would overflow int64, Incr returns ErrOverflow and changes
 // nothing.
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
-	if c.allBuffered && delta != 0 && !c.closed.Load() {
+	if c.allBuffered && delta != 0 {
 		// The hot path: the buffer validates every key it has not seen
-		// yet, so an increment of a buffered key costs no validation.
-		return c.addBuffered(key, delta)
+		// yet, so an increment of a buffered key costs no validation, and
+		// after Close it answers ErrClosed itself.
+		if err := c.buf.Add(key, delta); err != nil {
+			return addError(key, err)
+		}
+		return nil
 	}
 	return c.incr(ctx, key, delta)
 }
