@@ -414,7 +414,11 @@ func (c *Client) cached(key string) (Reading, bool) {
 		return Reading{}, false
 	}
 	age := c.now().Sub(at)
-	if age >= c.cfg.ReadCacheTTL || age < 0 {
+	ttl := c.cfg.ReadCacheTTL
+	if len(c.cfg.namespaces) > 0 {
+		ttl = c.cfg.namespace(key).ReadCacheTTL
+	}
+	if age >= ttl || age < 0 {
 		return Reading{}, false
 	}
 	return Reading{Key: key, Value: v, Stale: age, N: n}, true

@@ -554,3 +554,27 @@ func mustMem(t *testing.T) *mem.Store {
 	}
 	return s
 }
+
+func TestNamespaceReadCacheTTL(t *testing.T) {
+	clk := newFakeClock()
+	st := mustMem(t)
+	c := newClient(t, st, hotcount.Config{Now: clk.Now, ReadCacheTTL: time.Second,
+		Namespaces: []hotcount.Namespace{{Prefix: "live:", ReadCacheTTL: 100 * time.Millisecond}}})
+	ctx := context.Background()
+	for _, k := range []string{"live:score", "likes:1"} {
+		if _, err := c.Get(ctx, k); err != nil { // cache 0
+			t.Fatal(err)
+		}
+		w, _, _ := c.Labels(ctx, k)
+		if _, err := st.IncrBy(ctx, keyspace.SubKey(k, w[0]), 5); err != nil { // another process
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(200 * time.Millisecond)
+	if r, _ := c.Get(ctx, "live:score"); r.Value != 5 {
+		t.Errorf("live: namespace (100 ms TTL) read %d after 200 ms, want the fresh 5", r.Value)
+	}
+	if r, _ := c.Get(ctx, "likes:1"); r.Value != 0 || r.Stale != 200*time.Millisecond {
+		t.Errorf("default namespace (1 s TTL) read %+v after 200 ms, want the cached 0", r)
+	}
+}

@@ -131,6 +131,9 @@ type Namespace struct {
 	Buffered bool
 	// Mode is the durability mode; "" means the Config's Mode.
 	Mode Mode
+	// ReadCacheTTL is how long this namespace's summed reads are cached;
+	// 0 means the Config's ReadCacheTTL (and NoReadCache applies to all).
+	ReadCacheTTL time.Duration
 }
 
 // Mode is a durability mode, chosen per namespace.
@@ -256,6 +259,12 @@ func (c Config) validate() (settings, error) {
 		if ns.Mode == "" {
 			ns.Mode = s.Mode
 		}
+		if ns.ReadCacheTTL < 0 {
+			return bad("namespace %q: ReadCacheTTL must not be negative, got %v", ns.Prefix, ns.ReadCacheTTL)
+		}
+		if ns.ReadCacheTTL == 0 {
+			ns.ReadCacheTTL = s.ReadCacheTTL
+		}
 		s.namespaces = append(s.namespaces, ns)
 	}
 	sort.SliceStable(s.namespaces, func(i, j int) bool {
@@ -272,7 +281,7 @@ func (s *settings) namespace(key string) Namespace {
 			return ns
 		}
 	}
-	return Namespace{N: s.N, Buffered: s.Buffered, Mode: s.Mode}
+	return Namespace{N: s.N, Buffered: s.Buffered, Mode: s.Mode, ReadCacheTTL: s.ReadCacheTTL}
 }
 
 // anyDurable reports whether some keys are in durable mode.

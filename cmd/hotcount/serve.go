@@ -56,11 +56,12 @@ func clientConfig(cfg config.Config, db durable.Backend, stderr io.Writer) hotco
 	for _, ns := range cfg.Namespaces {
 		hc.Namespaces = append(hc.Namespaces, hotcount.Namespace{
 			Prefix: ns.Prefix, N: ns.N, Mode: hotcount.Mode(ns.Mode), Buffered: ns.Buffered != nil && *ns.Buffered,
+			ReadCacheTTL: ns.ReadCacheTTL,
 		})
-		// TODO: per-namespace flush interval and read-cache TTL, once the
-		// Client has them; until then they are validated and reported.
-		if ns.FlushInterval != 0 || ns.ReadCacheTTL != 0 {
-			fmt.Fprintf(stderr, "hotcount: warning: namespace %q: flush_interval and read_cache_ttl are not applied per namespace yet (the defaults apply)\n", ns.Prefix)
+		// One buffer serves every namespace: it flushes at the shortest
+		// flush_interval asked for, which only ever shortens a loss window.
+		if ns.FlushInterval != 0 && (hc.FlushInterval == 0 || ns.FlushInterval < hc.FlushInterval) {
+			hc.FlushInterval = ns.FlushInterval
 		}
 	}
 	return hc
