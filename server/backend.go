@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/hotcount/hotcount"
 )
@@ -141,6 +142,27 @@ type HotKey struct {
 	Rate float64 `json:"rate"`
 	// N is the counter's number of sub-counters (0 when unknown).
 	N int `json:"n"`
+	// Reason explains the last automatic-N decision about the key, if any.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Decision is one automatic grow or shrink of a counter's N.
+type Decision struct {
+	At     time.Time `json:"at"`
+	Key    string    `json:"key"`
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Rate   float64   `json:"rate"`
+	Action string    `json:"action"`
+	Reason string    `json:"reason"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// AutoN is a backend that resizes hot counters by itself; /v1/hotkeys and
+// the dashboard show its recent decisions.
+type AutoN interface {
+	// Decisions returns recent decisions, oldest first.
+	Decisions() []Decision
 }
 
 // ErrNotDurable may be wrapped by ExactReader.GetExact when key is not in a

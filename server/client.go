@@ -147,3 +147,15 @@ var (
 	_ Placement      = (*ClientBackend)(nil)
 	_ ModeReporter   = (*ClientBackend)(nil)
 )
+
+// Decisions implements AutoN from the Client's automatic-N controller
+// (none unless Config.AutoN).
+func (b *ClientBackend) Decisions() []Decision {
+	ds := b.AutoNDecisions()
+	out := make([]Decision, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, Decision{At: d.At, Key: d.Key, From: d.From, To: d.To, Rate: d.Rate,
+			Action: string(d.Action), Reason: d.Reason, Error: d.Err})
+	}
+	return out
+}

@@ -270,6 +270,25 @@ func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
 	if keys == nil {
 		keys = []HotKey{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"keys": keys, "window_s": s.cfg.RateWindow.Seconds()})
+	decisions := []Decision{}
+	if an, ok := s.backend.(AutoN); ok {
+		decisions = an.Decisions()
+		last := map[string]string{}
+		for _, d := range decisions {
+			last[d.Key] = d.Reason
+		}
+		for i := range keys {
+			if keys[i].Reason == "" {
+				keys[i].Reason = last[keys[i].Key]
+			}
+		}
+		if len(decisions) > maxDecisions {
+			decisions = decisions[len(decisions)-maxDecisions:]
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": keys, "decisions": decisions, "window_s": s.cfg.RateWindow.Seconds()})
 	return nil
 }
+
+// maxDecisions bounds the automatic-N decisions /v1/hotkeys returns.
+const maxDecisions = 20

@@ -64,6 +64,9 @@ func clientConfig(cfg config.Config, db durable.Backend, stderr io.Writer) hotco
 			hc.FlushInterval = ns.FlushInterval
 		}
 	}
+	if a := cfg.AutoN; a != nil {
+		hc.AutoN, hc.AutoNBudget, hc.AutoNMaxN, hc.AutoNHysteresis = true, a.Budget, a.MaxN, a.Hysteresis
+	}
 	return hc
 }
 

@@ -74,7 +74,12 @@
       if (!state.userChose && hot.keys.length) state.chosen = hot.keys[0].key;
       fill("#hotkeys tbody", hot.keys.map((k) => ({ key: k.key, chosen: k.key === state.chosen, cells: [
         { text: k.key, cls: "key" }, { text: fmtRate(k.rate), cls: "rate" }, { text: String(k.n || "?"), cls: "n" },
-        { text: String(values[k.key] ?? ""), cls: "value" }] })));
+        { text: String(values[k.key] ?? ""), cls: "value" }, { text: k.reason || "" }] })));
+      const ds = (hot.decisions || []).slice(-8).reverse();
+      fill("#decisions tbody", ds.length ? ds.map((d) => ({ cells: [
+        { text: new Date(d.at).toLocaleTimeString() }, { text: d.key, cls: "key" },
+        { text: d.from + " → " + d.to, cls: "n" }, { text: d.error ? d.reason + " (" + d.error + ")" : d.reason }] }))
+        : [{ cells: [{ text: "none yet" }, { text: "" }, { text: "" }, { text: "" }] }]);
       await showChosen(now);
       $("#status").textContent = "live · updated " + new Date().toLocaleTimeString();
       $("#status").className = "";

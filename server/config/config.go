@@ -27,6 +27,16 @@ import (
 	"github.com/hotcount/hotcount"
 )
 
+// AutoN configures automatic N: grow the sub-counters of a key whose
+// cluster-wide write rate per sub-counter passes Budget, fold back after it
+// stays cool for Hysteresis. Zero fields mean the library's defaults
+// (10,000 writes/s, at most 64, 30 s).
+type AutoN struct {
+	Budget     float64       `yaml:"budget"`
+	MaxN       int           `yaml:"max_n"`
+	Hysteresis time.Duration `yaml:"hysteresis"`
+}
+
 // Defaults.
 const (
 	// DefaultListen is the address served when none is given: loopback only.
@@ -74,6 +84,8 @@ type Config struct {
 	Token string `yaml:"token"`
 	// Namespaces override settings per key prefix (longest prefix wins).
 	Namespaces []Namespace `yaml:"namespaces"`
+	// AutoN, when present, turns automatic N on (file only).
+	AutoN *AutoN `yaml:"auto_n"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -210,6 +222,9 @@ func (c *Config) applyDefaults() {
 
 // Validate checks a merged Config.
 func (c *Config) Validate() error {
+	if a := c.AutoN; a != nil && (a.Budget < 0 || a.MaxN < 0 || a.MaxN > hotcount.MaxN || a.Hysteresis < 0) {
+		return fmt.Errorf("%w: auto_n: budget and hysteresis must not be negative, max_n must be 0..%d", ErrInvalid, hotcount.MaxN)
+	}
 	bad := func(name, format string, args ...any) error {
 		where := ""
 		if src := c.Sources[name]; src != "" {
