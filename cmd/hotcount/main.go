@@ -88,9 +88,13 @@ func printHelp(w io.Writer) {
 
 const helpExamples = `
 Examples:
-  hotcount cluster up --dir /tmp/hc      start a local 3-primary Redis Cluster
-  hotcount incr --redis 127.0.0.1:7000 --key likes:post:42 --by 5
-  hotcount get --redis 127.0.0.1:7000 --key likes:post:42 --json
+  hotcount serve                                   API, metrics and dashboard on 127.0.0.1:7070 (embedded store, ./hotcount-data)
+  hotcount incr --server http://127.0.0.1:7070 --key likes:post:42 --by 5
+  hotcount get --server http://127.0.0.1:7070 --key likes:post:42 --json
+  hotcount plan --rate 40000 --node-capacity 10000 --nodes 20 --procs 100 --flush 500ms --json
+  hotcount cluster up --dir /tmp/hc --port 7100    a local 3-primary Redis Cluster; prints its seeds
+  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined
+  hotcount shards --redis 127.0.0.1:7100 --key likes:post:42
   hotcount cluster down --dir /tmp/hc
 `
 
