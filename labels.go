@@ -89,8 +89,10 @@ func metaMargin(ttl time.Duration) time.Duration {
 // time: folds wait out the metadata TTL of other processes.
 type metaClock struct{ now func() time.Time }
 
+// Now implements meta.Clock.
 func (m metaClock) Now() time.Time { return m.now() }
 
+// Sleep implements meta.Clock: it waits d or until ctx is done.
 func (m metaClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -106,10 +108,12 @@ func (m metaClock) Sleep(ctx context.Context, d time.Duration) error {
 // data, not an error).
 type durableMeta struct{ b durable.Backend }
 
+// SaveMeta implements meta.Durable.
 func (d durableMeta) SaveMeta(ctx context.Context, key string, data []byte) error {
 	return d.b.SaveMeta(ctx, key, data)
 }
 
+// LoadMeta implements meta.Durable: no record is nil data, not an error.
 func (d durableMeta) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	data, err := d.b.LoadMeta(ctx, key)
 	if errors.Is(err, durable.ErrNotFound) {
