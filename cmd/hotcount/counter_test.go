@@ -36,6 +36,8 @@ func TestCounterCommandsUsage(t *testing.T) {
 		{"incr stray argument", []string{"incr", "--key", "a", "extra"}, exitUsage},
 		{"get without key", []string{"get"}, exitUsage},
 		{"get bad redis", []string{"get", "--key", "a", "--redis", "nohost"}, exitUsage},
+		{"shards rebalance through a server", []string{"shards", "--key", "a", "--server", "http://127.0.0.1:1", "--rebalance"}, exitUsage},
+		{"shards rebalance embedded", []string{"shards", "--key", "a", "--rebalance"}, exitOK},
 		{"incr ok", []string{"incr", "--key", "a", "--by", "3"}, exitOK},
 		{"get ok", []string{"get", "--key", "a"}, exitOK},
 		{"help", []string{"help"}, exitOK},

@@ -25,8 +25,12 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	b.register(fs)
 	key := fs.String("key", "", "counter key (required)")
 	asJSON := fs.Bool("json", false, `print JSON: {"key", "shards": [{"label","key","slot","node","value"}], "collisions"}`)
+	rebalance := fs.Bool("rebalance", false, "first move colliding sub-counters back onto distinct primaries (with --redis)")
 	if code, done := fs.parse(args); done {
 		return code
+	}
+	if *rebalance && b.server != "" {
+		return usagef(stderr, "shards: --rebalance works on a backend (--redis), not through --server")
 	}
 	if code, ok := b.checkN(stderr); !ok {
 		return code
@@ -59,6 +63,15 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return openFailure(stderr, err)
 		}
 		defer c.Close(context.Background())
+		if *rebalance {
+			changed, err := c.Rebalance(ctx, *key)
+			if err != nil {
+				return failf(stderr, "shards: rebalance: %v", err)
+			}
+			if changed && !*asJSON {
+				fmt.Fprintln(stdout, "rebalanced: colliding sub-counters folded onto distinct primaries")
+			}
+		}
 		rep, err := c.Shards(ctx, *key)
 		if err != nil {
 			return failf(stderr, "shards: %v", err)
