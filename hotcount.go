@@ -61,6 +61,7 @@ type Client struct {
 
 	sketch *hotkeys.Sketch     // this process's unbuffered cache writes per key
 	auto   *hotkeys.Controller // automatic N; nil without Config.AutoN
+	rebal  *rebalancer         // automatic re-placement; nil without Config.AutoRebalance
 
 	flight singleflight.Group
 	cache  readCache
@@ -156,6 +157,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	if err := c.startHotKeys(); err != nil {
+		_ = c.closeParts(ctx)
+		return nil, err
+	}
+	if err := c.startRebalancer(); err != nil {
 		_ = c.closeParts(ctx)
 		return nil, err
 	}
@@ -544,6 +549,9 @@ func (c *Client) closeParts(ctx context.Context) error {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	if c.rebal != nil {
+		c.rebal.close()
 	}
 	if c.auto != nil {
 		keep(c.auto.Close(ctx))

@@ -73,6 +73,14 @@ type Config struct {
 	// AutoNHysteresis is how long a key must stay cool before its N is
 	// folded back; 0 means 30 s.
 	AutoNHysteresis time.Duration
+	// AutoRebalance re-checks the placement of the counters this process
+	// uses whenever the slot map changes (a slot migration), and moves
+	// sub-counters that now share a primary back onto distinct ones
+	// (Rebalance). It needs a store that keeps metadata.
+	AutoRebalance bool
+	// RebalanceCheck is how often the slot map is looked at for
+	// AutoRebalance; 0 means 2 s.
+	RebalanceCheck time.Duration
 	// Buffered turns on buffered deltas for keys that no namespace
 	// matches: Incr adds to a process-local delta, and a flusher sends one
 	// idempotent increment per key every FlushInterval, when MaxBufferedKeys
@@ -207,6 +215,12 @@ func (c Config) validate() (settings, error) {
 	}
 	if s.AutoNBudget < 0 || s.AutoNMaxN < 0 || s.AutoNMaxN > MaxN || s.AutoNHysteresis < 0 {
 		return bad("AutoNBudget and AutoNHysteresis must not be negative and AutoNMaxN must be 0..%d", MaxN)
+	}
+	if s.RebalanceCheck < 0 {
+		return bad("RebalanceCheck must not be negative, got %v", c.RebalanceCheck)
+	}
+	if s.RebalanceCheck == 0 {
+		s.RebalanceCheck = 2 * time.Second
 	}
 	if s.MetaTTL < 0 {
 		return bad("MetaTTL must not be negative, got %v", c.MetaTTL)

@@ -89,6 +89,17 @@ func (m *Manager) Meta(ctx context.Context, key string) (Meta, error) {
 	return mt.clone(), err
 }
 
+// Known returns the counters whose records this Manager has cached: the
+// counters this process used within about a TTL (order unspecified).
+func (m *Manager) Known() []string {
+	var out []string
+	m.cache.Range(func(k, _ any) bool {
+		out = append(out, k.(string))
+		return true
+	})
+	return out
+}
+
 // Forget drops key from the cache, so the next Labels reads the backend.
 func (m *Manager) Forget(key string) { m.cache.Delete(key) }
 

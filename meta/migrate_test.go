@@ -2,9 +2,6 @@ package meta_test
 
 import (
 	"context"
-	"net"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,32 +17,8 @@ import (
 // MIGRATE the keys in batches, then SETSLOT NODE on every primary.
 func migrateSlot(t testing.TB, ctx context.Context, slot uint16, src, dst string, primaries []string) {
 	t.Helper()
-	do := func(addr string, args ...string) string {
-		t.Helper()
-		out, err := testenv.Do(ctx, addr, args...)
-		if err != nil {
-			t.Fatalf("%s %v: %v", addr, args, err)
-		}
-		return out
-	}
-	sl := strconv.Itoa(int(slot))
-	srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
-	do(dst, "CLUSTER", "SETSLOT", sl, "IMPORTING", srcID)
-	do(src, "CLUSTER", "SETSLOT", sl, "MIGRATING", dstID)
-	host, port, _ := net.SplitHostPort(dst)
-	for {
-		keys := strings.Fields(do(src, "CLUSTER", "GETKEYSINSLOT", sl, "10"))
-		if len(keys) == 0 {
-			break
-		}
-		do(src, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
-	}
-	do(dst, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
-	do(src, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
-	for _, p := range primaries {
-		if p != src && p != dst {
-			do(p, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
-		}
+	if err := testenv.MigrateSlot(ctx, slot, src, dst, primaries); err != nil {
+		t.Fatal(err)
 	}
 }
 

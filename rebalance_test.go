@@ -1,0 +1,87 @@
+package hotcount_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store/redis"
+)
+
+// TestAutoRebalanceAfterMigration moves the slot of one sub-counter onto
+// the primary of another, with the real IMPORTING/MIGRATING, MIGRATE,
+// SETSLOT NODE sequence, while writers run: the Client notices the new
+// slot map, folds the collision away by itself, and nothing is lost.
+func TestAutoRebalanceAfterMigration(t *testing.T) {
+	ctx := context.Background()
+	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	st, err := redis.New(ctx, redis.Config{Addrs: cl.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := newClient(t, st, hotcount.Config{N: 3, AutoRebalance: true, RebalanceCheck: 100 * time.Millisecond,
+		MetaTTL: 100 * time.Millisecond, NoReadCache: true})
+	key := "migrating:post:1"
+	w, _, err := c.Labels(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, _ := st.Topology(ctx)
+	slot := keyspace.Slot(keyspace.SubKey(key, w[0]))
+	src, dst := topo.NodeOfSlot(slot), topo.NodeOf(keyspace.SubKey(key, w[1]))
+
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := c.Incr(ctx, key, 1); err != nil {
+					t.Error(err)
+					return
+				}
+				sent.Add(1)
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := testenv.MigrateSlot(ctx, slot, src, dst, topo.Nodes); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		moved, _ := c.AutoRebalances()
+		rep, err := c.Shards(ctx, key)
+		if err == nil && moved > 0 && rep.Collisions == 0 && rep.Placement.Distinct == 3 {
+			t.Logf("slot %d (label %s) moved %s → %s; now labels %v on %d primaries", slot, w[0], src, dst, rep.Meta.Write, rep.Placement.Distinct)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no automatic rebalance after the migration: moved %d, report %+v, %v", moved, rep, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if r, err := c.Get(ctx, key); err != nil || r.Value != sent.Load() {
+		t.Fatalf("total %+v %v, want %d", r, err, sent.Load())
+	}
+}
