@@ -578,3 +578,40 @@ func TestNamespaceReadCacheTTL(t *testing.T) {
 		t.Errorf("default namespace (1 s TTL) read %+v after 200 ms, want the cached 0", r)
 	}
 }
+
+// startWriters runs n goroutines that increment key by 1 until the returned
+// stop is called; each sleeps 1 ms after every `every` increments (the point
+// is concurrency, not volume). stop waits for them and returns how many
+// increments were acknowledged.
+func startWriters(t *testing.T, c *hotcount.Client, key string, n, every int) (stop func() int64) {
+	t.Helper()
+	var sent atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := c.Incr(context.Background(), key, 1); err != nil {
+					t.Error(err)
+					return
+				}
+				sent.Add(1)
+				if i%every == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return sent.Load()
+	}
+}

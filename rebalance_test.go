@@ -2,8 +2,6 @@ package hotcount_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,28 +38,7 @@ func TestAutoRebalanceAfterMigration(t *testing.T) {
 	slot := keyspace.Slot(keyspace.SubKey(key, w[0]))
 	src, dst := topo.NodeOfSlot(slot), topo.NodeOf(keyspace.SubKey(key, w[1]))
 
-	var sent atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if err := c.Incr(ctx, key, 1); err != nil {
-					t.Error(err)
-					return
-				}
-				sent.Add(1)
-				time.Sleep(time.Millisecond)
-			}
-		}()
-	}
+	stop := startWriters(t, c, key, 4, 1)
 	time.Sleep(200 * time.Millisecond)
 	if err := testenv.MigrateSlot(ctx, slot, src, dst, topo.Nodes); err != nil {
 		t.Fatal(err)
@@ -79,9 +56,8 @@ func TestAutoRebalanceAfterMigration(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
-	if r, err := c.Get(ctx, key); err != nil || r.Value != sent.Load() {
-		t.Fatalf("total %+v %v, want %d", r, err, sent.Load())
+	sent := stop()
+	if r, err := c.Get(ctx, key); err != nil || r.Value != sent {
+		t.Fatalf("total %+v %v, want %d", r, err, sent)
 	}
 }

@@ -3,8 +3,6 @@ package hotcount_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,29 +25,7 @@ func TestResizeUnderLoad(t *testing.T) {
 					Buffered: buffered, FlushInterval: 10 * time.Millisecond,
 				})
 				key := uniqueKey(t)
-				var sent atomic.Int64
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				for range 16 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							if err := c.Incr(ctx, key, 1); err != nil {
-								t.Error(err)
-								return
-							}
-							if sent.Add(1)%64 == 0 {
-								time.Sleep(time.Millisecond) // pace the writers: the point is concurrency, not volume
-							}
-						}
-					}()
-				}
+				stop := startWriters(t, c, key, 16, 64)
 				for _, n := range []int{8, 3} {
 					time.Sleep(50 * time.Millisecond)
 					if err := c.Resize(ctx, key, n); err != nil {
@@ -61,20 +37,19 @@ func TestResizeUnderLoad(t *testing.T) {
 					}
 				}
 				time.Sleep(30 * time.Millisecond)
-				close(stop)
-				wg.Wait()
+				sent := stop()
 				if err := c.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
 				got, err := c.Get(ctx, key)
-				if err != nil || got.Value != sent.Load() || got.N != 3 {
-					t.Fatalf("after grow and shrink: %+v %v, want %d over 3 sub-counters", got, err, sent.Load())
+				if err != nil || got.Value != sent || got.N != 3 {
+					t.Fatalf("after grow and shrink: %+v %v, want %d over 3 sub-counters", got, err, sent)
 				}
 				rep, err := c.Shards(ctx, key)
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent.Load(), rep.Meta.Write, rep.Placement.Distinct, rep.Collisions)
+				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent, rep.Meta.Write, rep.Placement.Distinct, rep.Collisions)
 			})
 		}
 	}
