@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		mcfg := meta.Config{
 			TTL:      s.MetaTTL,
 			Margin:   metaMargin(s.MetaTTL),
-			Clock:    metaClock{now: c.now},
+			Clock:    funcClock{c.now},
 			DefaultN: func(key string) int { return c.cfg.namespace(key).N },
 			Naive:    s.NaiveLabels,
 			Rand:     c.rand,

@@ -85,25 +85,6 @@ func metaMargin(ttl time.Duration) time.Duration {
 	return max(ttl/2, 500*time.Millisecond)
 }
 
-// metaClock adapts the Client's clock to meta.Clock. Sleep waits in real
-// time: folds wait out the metadata TTL of other processes.
-type metaClock struct{ now func() time.Time }
-
-// Now implements meta.Clock.
-func (m metaClock) Now() time.Time { return m.now() }
-
-// Sleep implements meta.Clock: it waits d or until ctx is done.
-func (m metaClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // durableMeta adapts a durable.Backend to meta.Durable ("no record" is nil
 // data, not an error).
 type durableMeta struct{ b durable.Backend }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/store"
 )
 
@@ -68,7 +70,7 @@ type Config struct {
 	// this list. Required. It is called from the flushing goroutine only.
 	Labels func(key string) []string
 	// Clock provides time; nil means the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// Rand returns random 64-bit values for label choice and flush tokens.
 	// nil means a ChaCha8 generator seeded from crypto/rand. It is called
 	// from the flushing goroutine only, never concurrently.
@@ -127,7 +129,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBackoff = c.Interval
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = clock.Real()
 	}
 	if c.Rand == nil {
 		var seed [32]byte
@@ -136,32 +138,3 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
-
-// Clock is the source of time. Tests inject a clock they advance by hand.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// NewTicker returns a ticker that fires every d.
-	NewTicker(d time.Duration) Ticker
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// Ticker is the part of time.Ticker that the flusher uses.
-type Ticker interface {
-	// C is the channel the ticks arrive on.
-	C() <-chan time.Time
-	// Stop stops the ticker.
-	Stop()
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-func (systemClock) NewTicker(d time.Duration) Ticker       { return systemTicker{time.NewTicker(d)} }
-
-type systemTicker struct{ t *time.Ticker }
-
-func (t systemTicker) C() <-chan time.Time { return t.t.C }
-func (t systemTicker) Stop()               { t.t.Stop() }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -195,7 +197,7 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTicker(d time.Duration) Ticker {
+func (c *fakeClock) NewTicker(d time.Duration) clock.Ticker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTicker{c: make(chan time.Time, 1), every: d, next: c.now.Add(d)}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -28,7 +30,7 @@ type op struct {
 }
 
 // run is the flusher goroutine: a flush per tick or kick, until stop.
-func (b *Buffer) run(ctx context.Context, t Ticker) {
+func (b *Buffer) run(ctx context.Context, t clock.Ticker) {
 	defer close(b.done)
 	defer t.Stop()
 	for {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/store"
 )
 
@@ -38,8 +40,8 @@ type CommitterConfig struct {
 	// Concurrent (PostgreSQL: overlapping commits share WAL flushes), else
 	// 1 (a single-writer backend gains nothing from more).
 	MaxInFlight int
-	// Clock is the time source (default SystemClock).
-	Clock Clock
+	// Clock is the time source (default the system clock).
+	Clock clock.Clock
 }
 
 // Concurrent is implemented by an Appender that gains from overlapping
@@ -69,7 +71,7 @@ func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 		}
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clock.Real()
 	}
 	return c, nil
 }

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"go.uber.org/goleak"
 
 	"github.com/hotcount/hotcount/durable"
-	"github.com/hotcount/hotcount/durable/durabletest"
 	"github.com/hotcount/hotcount/store"
 )
 
@@ -105,7 +106,7 @@ func newCommitter(t *testing.T, log durable.Appender, cfg durable.CommitterConfi
 }
 
 func TestCommitterCutsOnTime(t *testing.T) {
-	clk := durabletest.NewFakeClock()
+	clk := clock.NewFake()
 	log := newMemLog()
 	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
 	res := appendAsync(c, context.Background(), "t", 3)
@@ -126,7 +127,7 @@ func TestCommitterCutsOnTime(t *testing.T) {
 }
 
 func TestCommitterCutsOnSize(t *testing.T) {
-	clk := durabletest.NewFakeClock() // never advanced: only size cuts
+	clk := clock.NewFake() // never advanced: only size cuts
 	log := newMemLog()
 	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "s", 8)
@@ -141,7 +142,7 @@ func TestCommitterCutsOnSize(t *testing.T) {
 }
 
 func TestCommitterDuplicateInBatch(t *testing.T) {
-	clk := durabletest.NewFakeClock()
+	clk := clock.NewFake()
 	log := newMemLog()
 	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
 	out := make(chan result, 5)
@@ -166,7 +167,7 @@ func TestCommitterDuplicateInBatch(t *testing.T) {
 }
 
 func TestCommitterCloseDrains(t *testing.T) {
-	clk := durabletest.NewFakeClock() // never advanced: only Close cuts
+	clk := clock.NewFake() // never advanced: only Close cuts
 	log := newMemLog()
 	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "c", 5)
@@ -194,7 +195,7 @@ func TestCommitterAppendError(t *testing.T) {
 	log := newMemLog()
 	boom := fmt.Errorf("%w: disk on fire", store.ErrUnavailable)
 	log.err = boom
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 3, MaxDelay: time.Hour, Clock: durabletest.NewFakeClock()})
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 3, MaxDelay: time.Hour, Clock: clock.NewFake()})
 	for _, r := range collect(t, appendAsync(c, context.Background(), "e", 3), 3) {
 		if !errors.Is(r.err, store.ErrUnavailable) {
 			t.Fatalf("Append err = %v, want ErrUnavailable", r.err)
@@ -203,7 +204,7 @@ func TestCommitterAppendError(t *testing.T) {
 }
 
 func TestCommitterContextCanceled(t *testing.T) {
-	clk := durabletest.NewFakeClock()
+	clk := clock.NewFake()
 	log := newMemLog()
 	c := newCommitter(t, log, durable.CommitterConfig{MaxDelay: time.Hour, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -243,7 +244,7 @@ func TestCommitterConfigErrors(t *testing.T) {
 }
 
 func TestCheckpointNewer(t *testing.T) {
-	t0 := durabletest.Start
+	t0 := clock.Start
 	tests := []struct {
 		c, old durable.Checkpoint
 		want   bool
@@ -261,7 +262,7 @@ func TestCheckpointNewer(t *testing.T) {
 }
 
 func TestNanosRoundTrip(t *testing.T) {
-	for _, tm := range []time.Time{{}, durabletest.Start, time.Unix(0, 1)} {
+	for _, tm := range []time.Time{{}, clock.Start, time.Unix(0, 1)} {
 		if got := durable.FromNanos(durable.Nanos(tm)); !got.Equal(tm) {
 			t.Errorf("round trip of %v gave %v", tm, got)
 		}
@@ -294,7 +295,7 @@ func TestCommitterMaxInFlight(t *testing.T) {
 	for _, limit := range []int{1, 2} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
-			c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 1, MaxInFlight: limit, Clock: durabletest.NewFakeClock()})
+			c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 1, MaxInFlight: limit, Clock: clock.NewFake()})
 			res := appendAsync(c, context.Background(), "f", 3)
 			// limit batches commit at once; the rest wait, sealed.
 			waitFor(t, "commits in flight", func() bool { return g.inFlight() == limit && c.Pending() == 3-limit })
@@ -312,7 +313,7 @@ func TestCommitterMaxInFlight(t *testing.T) {
 }
 
 func TestAggregate(t *testing.T) {
-	t0 := durabletest.Start
+	t0 := clock.Start
 	evs := []durable.Event{
 		{Key: "a", Delta: 1, ID: "1", At: t0},
 		{Key: "b", Delta: 5, ID: "2"},
@@ -336,7 +337,7 @@ func TestAggregate(t *testing.T) {
 func TestCommitterCatchesUpWithLastBatch(t *testing.T) {
 	for _, fixed := range []bool{false, true} {
 		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
-			clk := durabletest.NewFakeClock()
+			clk := clock.NewFake()
 			log := newMemLog()
 			c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, FixedDelay: fixed, Clock: clk})
 			// First batch: no estimate yet, so the timer cuts it.
@@ -368,7 +369,7 @@ func (concurrentLog) AppendConcurrency() int { return 3 }
 
 func TestCommitterInFlightFromAppender(t *testing.T) {
 	g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
-	c := newCommitter(t, concurrentLog{g}, durable.CommitterConfig{MaxBatch: 1, Clock: durabletest.NewFakeClock()})
+	c := newCommitter(t, concurrentLog{g}, durable.CommitterConfig{MaxBatch: 1, Clock: clock.NewFake()})
 	res := appendAsync(c, context.Background(), "h", 4)
 	waitFor(t, "3 commits in flight", func() bool { return g.inFlight() == 3 && c.Pending() == 1 })
 	close(g.release)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hotcount/hotcount/clock"
 )
 
 // Controller defaults, used when a ControllerConfig field is zero.
@@ -70,7 +72,7 @@ type ControllerConfig struct {
 	// metadata TTL); 0 means DefaultResizeTimeout.
 	ResizeTimeout time.Duration
 	// Clock is the time source; nil means the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// OnDecision, when set, is called with every grow or shrink decision
 	// and every failed resize (for logs and metrics), possibly from
 	// several goroutines at once. It must not call the Controller.
@@ -148,7 +150,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.ResizeTimeout = DefaultResizeTimeout
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = systemClock{}
+		cfg.Clock = clock.Real()
 	}
 	c := &Controller{
 		cfg:      cfg,
@@ -173,7 +175,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	return c, nil
 }
 
-func (c *Controller) loop(t Ticker) {
+func (c *Controller) loop(t clock.Ticker) {
 	defer c.wg.Done()
 	defer t.Stop()
 	for {

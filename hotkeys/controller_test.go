@@ -7,12 +7,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hotcount/hotcount/clock"
 )
 
 // rig is a Controller on a fake clock fed by a simulated write stream.
 type rig struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *clock.Fake
 	sk    *Sketch
 	rs    *fakeResizer
 	c     *Controller

@@ -6,71 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeClock is a Clock that moves only when Advance is called.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	tickers []*fakeTicker
-}
-
-type fakeTicker struct {
-	c       chan time.Time
-	every   time.Duration
-	next    time.Time
-	stopped bool
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTicker(d time.Duration) Ticker {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTicker{c: make(chan time.Time, 1), every: d, next: c.now.Add(d)}
-	c.tickers = append(c.tickers, t)
-	return &fakeTickerHandle{c: c, t: t}
-}
-
-// Advance moves the clock by d and fires the tickers that came due
-// (dropping ticks a slow reader missed, like time.Ticker).
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	for _, t := range c.tickers {
-		for !t.stopped && !t.next.After(c.now) {
-			select {
-			case t.c <- t.next:
-			default:
-			}
-			t.next = t.next.Add(t.every)
-		}
-	}
-}
-
-type fakeTickerHandle struct {
-	c *fakeClock
-	t *fakeTicker
-}
-
-func (h *fakeTickerHandle) C() <-chan time.Time { return h.t.c }
-func (h *fakeTickerHandle) Stop() {
-	h.c.mu.Lock()
-	defer h.c.mu.Unlock()
-	h.t.stopped = true
-}
+// newFakeClock returns a fake clock at a fixed start.
+func newFakeClock() *clock.Fake { return clock.NewFakeAt(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 // fakeResizer records resizes and applies them to sizes.
 type fakeResizer struct {

@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/meta"
 )
 
-// fakeClock advances only when told to, or when a fold sleeps.
+// fakeClock advances only when told to, or when a fold sleeps: After
+// moves it on by d at once and fires.
 type fakeClock struct {
 	mu    sync.Mutex
 	now   time.Time
@@ -28,16 +31,17 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	c.Advance(d)
 	c.mu.Lock()
 	c.slept += d
+	ch := make(chan time.Time, 1)
+	ch <- c.now
 	c.mu.Unlock()
-	return nil
+	return ch
 }
+
+func (c *fakeClock) NewTicker(time.Duration) clock.Ticker { panic("meta tests use no ticker") }
 
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()

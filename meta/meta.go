@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/store"
 )
 
@@ -125,29 +127,6 @@ type Durable interface {
 	LoadMeta(ctx context.Context, key string) ([]byte, error)
 }
 
-// Clock is the time source of a Manager.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// Sleep waits for d or until ctx is done (then it returns ctx.Err()).
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Config configures a Manager. The zero value of every field is a
 // documented default.
 type Config struct {
@@ -163,7 +142,7 @@ type Config struct {
 	// retired sub-key, outside the read set.
 	Margin time.Duration
 	// Clock is the time source; nil means the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// Topology returns the current slot→primary map; nil means the
 	// backend's Topology method when it has one, else Naive labels.
 	Topology func(ctx context.Context) (*store.Topology, error)
@@ -197,7 +176,7 @@ func (c Config) withDefaults(b Backend) (Config, error) {
 		c.Margin = c.TTL / 2
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real()
 	}
 	if c.Topology == nil {
 		if tb, ok := b.(interface {

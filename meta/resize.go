@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/placement"
 )
@@ -64,7 +66,7 @@ func (m *Manager) grow(ctx context.Context, key string, add []string) error {
 		return err
 	}
 	m.cfg.OnStep(key, StepGrowRead)
-	if err := m.cfg.Clock.Sleep(ctx, m.cfg.TTL); err != nil {
+	if err := clock.Sleep(ctx, m.cfg.Clock, m.cfg.TTL); err != nil {
 		return err
 	}
 	if _, err := m.update(ctx, key, func(mt *Meta) error {
@@ -136,7 +138,7 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 			}
 		}
 		if len(stopped) > 0 {
-			if err := m.cfg.Clock.Sleep(ctx, m.cfg.TTL+m.cfg.Margin); err != nil {
+			if err := clock.Sleep(ctx, m.cfg.Clock, m.cfg.TTL+m.cfg.Margin); err != nil {
 				return err
 			}
 			if _, err := m.update(ctx, key, func(mt *Meta) error {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/store"
 )
@@ -99,7 +100,7 @@ func ev(key string, delta int64, id string) durable.Event {
 func testCheckpointUpsert(t *testing.T, open func(t *testing.T) durable.Backend) {
 	b := openT(t, open)
 	ctx := ctxT(t)
-	t1 := Start.Add(time.Second)
+	t1 := clock.Start.Add(time.Second)
 	a := durable.Checkpoint{Key: "likes:a", Total: 5, Epoch: 1, At: t1}
 	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{a}))
 	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{a})) // again: no change
@@ -109,12 +110,12 @@ func testCheckpointUpsert(t *testing.T, open func(t *testing.T) durable.Backend)
 		want durable.Checkpoint
 	}{
 		{"same again", a, a},
-		{"older At loses", durable.Checkpoint{Key: "likes:a", Total: 3, Epoch: 1, At: Start}, a},
+		{"older At loses", durable.Checkpoint{Key: "likes:a", Total: 3, Epoch: 1, At: clock.Start}, a},
 		{"lower epoch loses", durable.Checkpoint{Key: "likes:a", Total: 9, Epoch: 0, At: t1.Add(time.Hour)}, a},
 		{"later At wins", durable.Checkpoint{Key: "likes:a", Total: 7, Epoch: 1, At: t1.Add(time.Nanosecond)},
 			durable.Checkpoint{Key: "likes:a", Total: 7, Epoch: 1, At: t1.Add(time.Nanosecond)}},
-		{"higher epoch wins with older At", durable.Checkpoint{Key: "likes:a", Total: -2, Epoch: 2, At: Start},
-			durable.Checkpoint{Key: "likes:a", Total: -2, Epoch: 2, At: Start}},
+		{"higher epoch wins with older At", durable.Checkpoint{Key: "likes:a", Total: -2, Epoch: 2, At: clock.Start},
+			durable.Checkpoint{Key: "likes:a", Total: -2, Epoch: 2, At: clock.Start}},
 	}
 	for _, s := range steps {
 		must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{s.save}))
@@ -130,7 +131,7 @@ func testCheckpointUpsert(t *testing.T, open func(t *testing.T) durable.Backend)
 	// One call naming a key twice keeps the newest; zero At round-trips.
 	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{
 		{Key: "likes:b", Total: 1, Epoch: 3, At: t1},
-		{Key: "likes:b", Total: 2, Epoch: 4, At: Start},
+		{Key: "likes:b", Total: 2, Epoch: 4, At: clock.Start},
 		{Key: "likes:b", Total: 3, Epoch: 3, At: t1.Add(time.Hour)},
 		{Key: "views:c", Total: 10},
 	}))
@@ -244,16 +245,16 @@ func testLargeBatch(t *testing.T, open func(t *testing.T) durable.Backend) {
 func testDupAfterRollup(t *testing.T, open func(t *testing.T) durable.Backend) {
 	b := openT(t, open)
 	ctx := ctxT(t)
-	at := Start.Add(-time.Minute)
+	at := clock.Start.Add(-time.Minute)
 	appendOK(t, b, durable.Event{Key: "k", Delta: 4, ID: "x", At: at})
-	n, err := b.Rollup(ctx, Start)
+	n, err := b.Rollup(ctx, clock.Start)
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("Rollup folded %d, want 1", n)
 	}
 	wantDup(t, appendOK(t, b, durable.Event{Key: "k", Delta: 4, ID: "x", At: at}), true)
 	wantExact(t, b, "k", 4)
-	if n, err := b.Rollup(ctx, Start); err != nil || n != 0 {
+	if n, err := b.Rollup(ctx, clock.Start); err != nil || n != 0 {
 		t.Fatalf("second Rollup = %d, %v; want 0 (nothing left to fold)", n, err)
 	}
 	keys, err := b.Keys(ctx, "")
@@ -270,24 +271,24 @@ func testRollup(t *testing.T, open func(t *testing.T) durable.Backend) {
 	for i := range 100 { // one call each: a call's events may fold together
 		d := int64(i%7 - 2)
 		want += d
-		appendOK(t, b, durable.Event{Key: "k", Delta: d, ID: fmt.Sprint("r", i), At: Start.Add(time.Duration(i) * time.Second)})
+		appendOK(t, b, durable.Event{Key: "k", Delta: d, ID: fmt.Sprint("r", i), At: clock.Start.Add(time.Duration(i) * time.Second)})
 	}
-	appendOK(t, b, durable.Event{Key: "j", Delta: 1000, ID: "j1", At: Start})
+	appendOK(t, b, durable.Event{Key: "j", Delta: 1000, ID: "j1", At: clock.Start})
 	wantExact(t, b, "k", want)
 	cuts := []struct {
 		before time.Time
 		folded int
 	}{
-		{Start, 0},                        // strictly before: nothing
-		{Start.Add(40 * time.Second), 41}, // k's 0..39 and j
-		{Start.Add(40 * time.Second), 0},  // again: idempotent
-		{Start.Add(time.Hour), 60},
+		{clock.Start, 0},                        // strictly before: nothing
+		{clock.Start.Add(40 * time.Second), 41}, // k's 0..39 and j
+		{clock.Start.Add(40 * time.Second), 0},  // again: idempotent
+		{clock.Start.Add(time.Hour), 60},
 	}
 	for _, c := range cuts {
 		n, err := b.Rollup(ctx, c.before)
 		must(t, err)
 		if n != c.folded {
-			t.Fatalf("Rollup(%v) folded %d, want %d", c.before.Sub(Start), n, c.folded)
+			t.Fatalf("Rollup(%v) folded %d, want %d", c.before.Sub(clock.Start), n, c.folded)
 		}
 		wantExact(t, b, "k", want)
 		wantExact(t, b, "j", 1000)
@@ -360,7 +361,7 @@ func testConcurrent(t *testing.T, open func(t *testing.T) durable.Backend) {
 				return
 			default:
 			}
-			if _, err := b.Rollup(ctx, Start.Add(time.Second)); err != nil {
+			if _, err := b.Rollup(ctx, clock.Start.Add(time.Second)); err != nil {
 				rolled <- err
 				return
 			}
@@ -433,7 +434,7 @@ func testReopen(t *testing.T, open func(t *testing.T) durable.Backend) {
 	b := open(t)
 	appendOK(t, b, ev("k", 3, "x"))
 	must(t, b.SaveMeta(ctx, "k", []byte("m")))
-	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{{Key: "f", Total: 9, Epoch: 1, At: Start}}))
+	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{{Key: "f", Total: 9, Epoch: 1, At: clock.Start}}))
 	must(t, b.Close())
 	for range 2 { // migrations are applied once; reopening changes nothing
 		b = open(t)

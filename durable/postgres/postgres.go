@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -54,15 +56,15 @@ type Config struct {
 	// URL).
 	MaxConns int32
 	// Clock is the time source for first-seen times, pruning and events
-	// without At (default durable.SystemClock).
-	Clock durable.Clock
+	// without At (default the system clock).
+	Clock clock.Clock
 }
 
 // DB is a PostgreSQL durable backend. It implements durable.Backend.
 type DB struct {
 	pool   *pgxpool.Pool
 	window time.Duration
-	clock  durable.Clock
+	clock  clock.Clock
 	schema string
 	closed atomic.Bool
 }
@@ -100,15 +102,11 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = durable.SystemClock{}
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, durable.Unavailable("connect", err)
 	}
-	db := &DB{pool: pool, window: window, clock: clock, schema: cfg.Schema}
+	db := &DB{pool: pool, window: window, clock: clock.OrReal(cfg.Clock), schema: cfg.Schema}
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	_ "modernc.org/sqlite" // driver "sqlite"
 
 	"github.com/hotcount/hotcount/durable"
@@ -57,15 +59,15 @@ type Config struct {
 	// Readers is the size of the read pool (default 4).
 	Readers int
 	// Clock is the time source for first-seen times, pruning and events
-	// without At (default durable.SystemClock).
-	Clock durable.Clock
+	// without At (default the system clock).
+	Clock clock.Clock
 }
 
 // DB is a SQLite durable backend. It implements durable.Backend.
 type DB struct {
 	w, r   *sql.DB
 	window time.Duration
-	clock  durable.Clock
+	clock  clock.Clock
 	path   string
 	closed atomic.Bool
 }
@@ -89,10 +91,6 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	readers := cfg.Readers
 	if readers == 0 {
 		readers = 4
-	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = durable.SystemClock{}
 	}
 	path := cfg.Path
 	if path == "" {
@@ -122,7 +120,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	db := &DB{w: w, window: window, clock: clock, path: path}
+	db := &DB{w: w, window: window, clock: clock.OrReal(cfg.Clock), path: path}
 	if err := db.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -26,8 +28,8 @@ import (
 type Config struct {
 	// Nodes is the number of simulated nodes; 0 means 3.
 	Nodes int
-	// Now is the clock used for token expiry; nil means time.Now.
-	Now func() time.Time
+	// Clock is used for token expiry; nil means the system clock.
+	Clock clock.Clock
 }
 
 // ErrConfig reports an invalid Config.
@@ -60,11 +62,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 3
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	names := make([]string, cfg.Nodes)
-	s := &Store{now: cfg.Now, nodes: make([]*node, cfg.Nodes)}
+	s := &Store{now: clock.OrReal(cfg.Clock).Now, nodes: make([]*node, cfg.Nodes)}
 	for i := range names {
 		names[i] = fmt.Sprintf("mem-%02d", i)
 		s.nodes[i] = &node{ints: map[string]int64{}, tokens: map[string]time.Time{}, cmds: map[string]int64{}}

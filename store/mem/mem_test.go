@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -33,8 +35,8 @@ func TestRoutingMatchesSlots(t *testing.T) {
 }
 
 func TestTokensAndOverflow(t *testing.T) {
-	now := time.Unix(1000, 0)
-	s, _ := New(Config{Now: func() time.Time { return now }})
+	clk := clock.NewFake()
+	s, _ := New(Config{Clock: clk})
 	ctx := context.Background()
 	key := keyspace.SubKey("k", "0")
 	tok := keyspace.AuxKey("k", "0", "tok", "t1")
@@ -45,7 +47,7 @@ func TestTokensAndOverflow(t *testing.T) {
 			t.Fatalf("attempt %d: %+v %v", i, res, err)
 		}
 	}
-	now = now.Add(2 * time.Minute) // the token expired
+	clk.Advance(2 * time.Minute) // the token expired
 	if res, _ := s.IncrMulti(ctx, []store.IncrOp{op}); !res[0].Applied {
 		t.Fatalf("after expiry: %+v", res)
 	}
