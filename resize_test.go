@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // TestResizeUnderLoad grows 4→8 and shrinks 8→3 while 16 writers increment,
@@ -21,8 +22,9 @@ func TestResizeUnderLoad(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
 				c := newClient(t, b.open(t), hotcount.Config{
-					N: 4, MetaTTL: 50 * time.Millisecond, NoReadCache: true,
-					Buffered: buffered, FlushInterval: 10 * time.Millisecond,
+					Defaults: hotcount.Namespace{N: 4, Buffered: buffered, FlushInterval: 10 * time.Millisecond},
+					Reads:    hotcount.ReadConfig{NoCache: true},
+					Meta:     hotcount.MetaConfig{TTL: 50 * time.Millisecond},
 				})
 				key := uniqueKey(t)
 				stop := startWriters(t, c, key, 16, 64)
@@ -49,7 +51,7 @@ func TestResizeUnderLoad(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent, rep.Meta.Write, rep.Placement.Distinct, rep.Collisions)
+				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent, rep.Shards, rep.DistinctNodes, rep.Collisions)
 			})
 		}
 	}
@@ -61,8 +63,8 @@ func TestResizeErrors(t *testing.T) {
 	if err := c.Resize(ctx, "bad{", 2); !errors.Is(err, hotcount.ErrInvalidKey) {
 		t.Errorf("bad key: %v", err)
 	}
-	for _, n := range []int{0, -1, hotcount.MaxN + 1} {
-		if err := c.Resize(ctx, "k", n); !errors.Is(err, hotcount.ErrConfig) {
+	for _, n := range []int{0, -1, keyspace.MaxN + 1} {
+		if err := c.Resize(ctx, "k", n); !errors.Is(err, hotcount.ErrInvalidN) {
 			t.Errorf("Resize to %d: %v", n, err)
 		}
 	}

@@ -133,3 +133,26 @@ func satAdd(a, b int64) int64 {
 	}
 	return c
 }
+
+// Merge returns the stats of two buffers together: counts and gauges add
+// up (saturating), and OldestUnflushed is the older of the two.
+func (s Stats) Merge(o Stats) Stats {
+	s.Unflushed = satAdd(s.Unflushed, o.Unflushed)
+	if s.UnflushedAbs+o.UnflushedAbs < s.UnflushedAbs {
+		s.UnflushedAbs = math.MaxUint64
+	} else {
+		s.UnflushedAbs += o.UnflushedAbs
+	}
+	s.PendingKeys += o.PendingKeys
+	s.InFlight += o.InFlight
+	s.HeldKeys += o.HeldKeys
+	s.OldestUnflushed = max(s.OldestUnflushed, o.OldestUnflushed)
+	s.Flushes += o.Flushes
+	s.FlushErrors += o.FlushErrors
+	s.Retries += o.Retries
+	s.OpsApplied += o.OpsApplied
+	s.OpsSkipped += o.OpsSkipped
+	s.PermanentErrors += o.PermanentErrors
+	s.Backpressure += o.Backpressure
+	return s
+}
