@@ -39,4 +39,7 @@ var (
 	// ErrNoMetadata: the store keeps no counter metadata, so N cannot
 	// change.
 	ErrNoMetadata = engine.ErrNoMetadata
+	// ErrConflict: another resize of the same counter is under way; retry
+	// when it is done.
+	ErrConflict = engine.ErrConflict
 )

@@ -3,6 +3,7 @@ package hotcount_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,5 +68,45 @@ func TestResizeErrors(t *testing.T) {
 		if err := c.Resize(ctx, "k", n); !errors.Is(err, hotcount.ErrInvalidN) {
 			t.Errorf("Resize to %d: %v", n, err)
 		}
+	}
+}
+
+// TestConcurrentResizesConflict: resizes of one key that overlap get
+// ErrConflict (never an unnamed error), and the value is kept. A round in
+// which no two resizes happened to overlap is tried again.
+func TestConcurrentResizesConflict(t *testing.T) {
+	c := newClient(t, mustMem(t), hotcount.Config{Meta: hotcount.MetaConfig{TTL: 20 * time.Millisecond}})
+	ctx := context.Background()
+	if err := c.Incr(ctx, "k", 7); err != nil {
+		t.Fatal(err)
+	}
+	for try := 1; ; try++ {
+		var wg sync.WaitGroup
+		errs := make([]error, 16)
+		for i := range errs {
+			wg.Go(func() { errs[i] = c.Resize(ctx, "k", 2+i%3*3) })
+		}
+		wg.Wait()
+		var conflicts int
+		for i, err := range errs {
+			switch {
+			case err == nil:
+			case errors.Is(err, hotcount.ErrConflict):
+				conflicts++
+			default:
+				t.Fatalf("resize %d: %v (want nil or ErrConflict)", i, err)
+			}
+		}
+		if r, err := c.Get(ctx, "k"); err != nil || r.Value != 7 {
+			t.Fatalf("value after resizes: %+v %v", r, err)
+		}
+		if conflicts > 0 {
+			t.Logf("try %d: %d of %d resizes conflicted", try, conflicts, len(errs))
+			return
+		}
+		if try == 5 {
+			t.Skipf("no two resizes overlapped in %d tries: the conflict was not exercised", try)
+		}
+		t.Logf("try %d: no resizes overlapped; again", try)
 	}
 }

@@ -54,7 +54,7 @@ func classify(err error) (int, string) {
 	case errors.Is(err, hotcount.ErrInvalidKey), errors.Is(err, hotcount.ErrZeroDelta),
 		errors.Is(err, hotcount.ErrNotDurable), errors.Is(err, hotcount.ErrInvalidN):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, hotcount.ErrOverflow):
+	case errors.Is(err, hotcount.ErrOverflow), errors.Is(err, hotcount.ErrConflict):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, hotcount.ErrNoMetadata), errors.Is(err, hotcount.ErrConfig):
 		// The backend cannot do this as configured (no metadata store, no

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,11 @@ import (
 
 // ErrNoMetadata: the store keeps no counter metadata, so N cannot change.
 var ErrNoMetadata = errors.New("hotcount: the store keeps no counter metadata")
+
+// ErrConflict: another resize of the same counter is under way (in this
+// process, or its metadata kept changing under a compare-and-set); retry
+// when it is done.
+var ErrConflict = errors.New("hotcount: the counter is being resized")
 
 // Config configures an Engine. Every field is required unless it says
 // otherwise; the Client fills it from its validated Config.
@@ -106,9 +112,10 @@ type Engine struct {
 	order []*buffer.Buffer                 // bufs, shortest interval first
 	only  *buffer.Buffer                   // set when every key uses this one buffer
 
-	flight singleflight.Group
-	cache  readCache
-	obs    *observer
+	flight   singleflight.Group
+	cache    readCache
+	resizing sync.Map // counter key → struct{}: a resize in this process
+	obs      *observer
 }
 
 // New returns an Engine for cfg and starts its buffers.
@@ -214,10 +221,18 @@ func (e *Engine) Resize(ctx context.Context, key string, n int) error {
 	if e.meta == nil {
 		return ErrNoMetadata
 	}
-	if err := e.meta.Resize(ctx, key, n); err != nil {
+	if _, busy := e.resizing.LoadOrStore(key, struct{}{}); busy {
+		return fmt.Errorf("resize %q: %w: another resize of it is under way in this process", key, ErrConflict)
+	}
+	defer e.resizing.Delete(key)
+	err := e.meta.Resize(ctx, key, n)
+	e.cache.drop(key)
+	switch {
+	case errors.Is(err, meta.ErrConflict):
+		return fmt.Errorf("resize %q: %w: %w", key, ErrConflict, err)
+	case err != nil:
 		return fmt.Errorf("resize %q: %w", key, err)
 	}
-	e.cache.drop(key)
 	return nil
 }
 
