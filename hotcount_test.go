@@ -452,38 +452,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestOverflow(t *testing.T) {
-	for _, b := range allBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{N: 1}, Reads: hotcount.ReadConfig{NoCache: true}})
-			ctx := context.Background()
-			key := uniqueKey(t)
-			steps := []struct {
-				delta int64
-				err   error
-				want  int64
-			}{
-				{math.MaxInt64, nil, math.MaxInt64},
-				{1, hotcount.ErrOverflow, math.MaxInt64},
-				{math.MaxInt64, hotcount.ErrOverflow, math.MaxInt64},
-				{math.MinInt64, nil, -1},
-				{math.MinInt64, hotcount.ErrOverflow, -1},
-				{1, nil, 0},
-			}
-			for i, s := range steps {
-				err := c.Incr(ctx, key, s.delta)
-				if !errors.Is(err, s.err) {
-					t.Fatalf("step %d: Incr(%d) = %v, want %v", i, s.delta, err, s.err)
-				}
-				r, err := c.Get(ctx, key)
-				if err != nil || r.Value != s.want {
-					t.Fatalf("step %d: value %+v %v, want %d", i, r, err, s.want)
-				}
-			}
-		})
-	}
-}
-
 func TestSumOverflowIsReported(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
 	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})

@@ -478,7 +478,7 @@ func (ck *checkpointer) createSentinel(ctx context.Context, key string, recorded
 	st := ck.d.eng.Store()
 	ctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	defer cancel()
-	inc := int64(ck.d.cfg.Rand()>>2) | 1
+	inc := int64(ck.d.cfg.Rand()>>11) | 1 // within store.MaxValue
 	res, err := st.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: inc, TokenKey: key + ":init:" + strconv.FormatInt(recorded, 10), TTL: sentinelTokenTTL}})
 	if err == nil && res[0].Err != nil {
 		err = res[0].Err

@@ -32,6 +32,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/internal/engine"
 	"github.com/hotcount/hotcount/internal/ns"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Defaults.
@@ -154,6 +155,9 @@ func (d *Service) Touch(key string) { d.ck.touch(key) }
 func (d *Service) Commit(ctx context.Context, n *ns.Namespace, key string, delta int64, id string) error {
 	if d.com == nil {
 		return fmt.Errorf("incr %q: %w", key, ErrNotDurable)
+	}
+	if delta > store.MaxValue || delta < -store.MaxValue {
+		return fmt.Errorf("incr %q: %w: |delta| %d passes the sub-counter bound %d", key, store.ErrOverflow, delta, int64(store.MaxValue))
 	}
 	if id == "" {
 		id = NewID()

@@ -53,9 +53,23 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
+	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
+		// No sub-counter within the bound can take it.
+		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
+	}
 	sub := keyspace.SubKey(key, labels[pick(e.cfg.Rand(), len(labels))])
-	if _, err := e.st.IncrBy(ctx, sub, delta); err != nil {
+	v, err := e.st.IncrBy(ctx, sub, delta)
+	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	if v > store.MaxValue || v < -store.MaxValue {
+		// Past the sub-counter bound: take the increment back. One round
+		// trip in the common case; a reader may see the excess for the
+		// moment between the two.
+		if _, err := e.st.IncrBy(ctx, sub, -delta); err != nil {
+			return fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", key, store.ErrUnavailable, delta, sub, err)
+		}
+		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", key, store.ErrOverflow, sub, int64(store.MaxValue))
 	}
 	e.obs.arrived(key, 1)
 	e.obs.wrote(key, e.nodeOf(sub), 1)
