@@ -205,15 +205,15 @@ type round struct {
 func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, step, steps int) (*round, error) {
 	key := s.runKey(m)
 	n := m.n(s.N)
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
-	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
+	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +303,7 @@ func clearKeys(s *settings, b backend, modes []Mode) error {
 	defer cancel()
 	var errs []error
 	for _, m := range modes {
-		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: m.n(s.N)}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: m.n(s.N), NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 		if err != nil {
 			return err
 		}
