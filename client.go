@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/durable"
@@ -252,6 +253,55 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 		c.dur.Cleared(key) // the next checkpoint saves the cleared value
 	}
 	return nil
+}
+
+// Expire gives the counter key the deadline at, as Redis EXPIREAT does: the
+// counter and every part of it go then (a deadline not after now removes
+// it at once). It reports whether the counter existed. A cold counter
+// expires exactly as its one cache key does; a sharded one is taken as
+// gone by every reader from the deadline on (see the README's lifecycle
+// section for how increments, clears and folds meet a deadline).
+func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	existed, err := c.eng.Expire(ctx, key, at)
+	if err == nil && c.dur != nil {
+		c.dur.Cleared(key)
+	}
+	return existed, err
+}
+
+// Persist removes the deadline of key, as Redis PERSIST does. It reports
+// whether there was one.
+func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	return c.eng.Persist(ctx, key)
+}
+
+// Deadline returns the deadline of key (zero: none) and whether the
+// counter exists.
+func (c *Client) Deadline(ctx context.Context, key string) (at time.Time, exists bool, err error) {
+	if err := c.check(key); err != nil {
+		return time.Time{}, false, err
+	}
+	return c.eng.Deadline(ctx, key)
+}
+
+// Exists returns how many of keys are counters that exist (a key named
+// twice counts twice), as Redis EXISTS does.
+func (c *Client) Exists(ctx context.Context, keys ...string) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	for _, k := range keys {
+		if err := keyspace.Validate(k); err != nil {
+			return 0, err
+		}
+	}
+	return c.eng.Exists(ctx, keys)
 }
 
 // Flush sends this process's buffered deltas now and waits for the cache

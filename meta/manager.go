@@ -40,6 +40,7 @@ type entry struct {
 	at      time.Time // taken before the record was read
 	pinned  bool      // a stored record, not derived defaults
 	stable  bool      // writers may use it: pinned, cold or naive defaults
+	gone    bool      // the record was dropped at at: a cache miss
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -261,6 +262,9 @@ func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) 
 			return mt, nil
 		}
 		mt.Epoch = 1
+		if err := m.firstDeadline(ctx, key, &mt); err != nil {
+			return Meta{}, err
+		}
 		ok, err := m.b.CASMeta(ctx, key, 0, mt.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: pin labels of %q: %w", key, err)
@@ -354,8 +358,9 @@ func (m *Manager) topology(ctx context.Context) (*store.Topology, error) {
 
 func (m *Manager) put(key string, mt Meta, at time.Time) {
 	pinned := mt.Epoch > 0
-	m.cache.Store(key, &entry{m: mt, readAll: m.withCold(mt.Read), at: at, pinned: pinned,
-		stable: pinned || m.cfg.Naive || m.cold(key)})
+	e := &entry{m: mt, readAll: m.withCold(mt.Read), at: at, pinned: pinned,
+		stable: pinned || m.cfg.Naive || m.cold(key)}
+	m.store(key, e)
 	if m.fills.Add(1)%sweepEvery == 0 {
 		now := m.cfg.Clock.Now()
 		m.cache.Range(func(k, v any) bool {
@@ -365,6 +370,27 @@ func (m *Manager) put(key string, mt Meta, at time.Time) {
 			return true
 		})
 	}
+}
+
+// store caches e unless the cache holds something newer: a look-up that
+// started before a record was dropped must not bring it back.
+func (m *Manager) store(key string, e *entry) {
+	for {
+		old, loaded := m.cache.LoadOrStore(key, e)
+		if !loaded {
+			return
+		}
+		if old.(*entry).at.After(e.at) || m.cache.CompareAndSwap(key, old, e) {
+			return
+		}
+	}
+}
+
+// forgetDropped marks key's record as gone in the cache: later look-ups
+// read the backend, and ones that started earlier do not cache what they
+// read.
+func (m *Manager) forgetDropped(key string) {
+	m.store(key, &entry{at: m.cfg.Clock.Now(), gone: true})
 }
 
 func (m *Manager) mirror(ctx context.Context, key string, mt Meta) error {
@@ -399,6 +425,11 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 			return Meta{}, err
 		}
 		next.Epoch = cur.Epoch + 1
+		if cur.Epoch == 0 {
+			if err := m.firstDeadline(ctx, key, &next); err != nil {
+				return Meta{}, err
+			}
+		}
 		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, next.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: write %q: %w", key, err)
@@ -413,4 +444,82 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 		return next, nil
 	}
 	return Meta{}, fmt.Errorf("%w: %q", ErrConflict, key)
+}
+
+// firstDeadline gives a counter's first record the deadline Config.Deadline
+// says, unless the change set one.
+func (m *Manager) firstDeadline(ctx context.Context, key string, mt *Meta) error {
+	if m.cfg.Deadline == nil || mt.Deadline != 0 {
+		return nil
+	}
+	at, err := m.cfg.Deadline(ctx, key)
+	if err != nil {
+		return fmt.Errorf("meta: deadline of %q: %w", key, err)
+	}
+	if !at.IsZero() {
+		mt.Deadline = at.UnixMilli()
+	}
+	return nil
+}
+
+// SetDeadline records key's deadline in its record (zero: none). It
+// reports false, changing nothing, when the counter has no record (a cold
+// counter keeps its deadline on its one sub-counter).
+func (m *Manager) SetDeadline(ctx context.Context, key string, at time.Time) (bool, error) {
+	var ms int64
+	if !at.IsZero() {
+		ms = at.UnixMilli()
+	}
+	had := true
+	_, err := m.update(ctx, key, func(mt *Meta) error {
+		if mt.Epoch == 0 {
+			had = false
+			return errNoChange
+		}
+		if mt.Deadline == ms {
+			return errNoChange
+		}
+		mt.Deadline = ms
+		return nil
+	})
+	return had, err
+}
+
+// CachedDeadline returns the deadline of key's cached record (zero: none
+// or not cached).
+func (m *Manager) CachedDeadline(key string) time.Time {
+	if v, ok := m.cache.Load(key); ok {
+		if d := v.(*entry).m.Deadline; d != 0 {
+			return time.UnixMilli(d)
+		}
+	}
+	return time.Time{}
+}
+
+// Drop deletes key's record, whatever it holds, from the cache and the
+// durable store (a counter that expired, or is gone). It reports whether
+// there was one.
+func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
+	for range casAttempts {
+		cur, found, err := m.fetch(ctx, key)
+		if err != nil || !found {
+			m.forgetDropped(key)
+			return false, err
+		}
+		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)
+		if err != nil {
+			return false, fmt.Errorf("meta: drop the record of %q: %w", key, err)
+		}
+		if !ok {
+			continue
+		}
+		m.forgetDropped(key)
+		if m.cfg.Durable != nil {
+			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
+				return true, fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
+			}
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: dropping the record of %q", ErrConflict, key)
 }

@@ -94,7 +94,7 @@ func (m *Manager) dropCold(ctx context.Context, key string) error {
 		if !ok {
 			continue
 		}
-		m.cache.Delete(key)
+		m.forgetDropped(key)
 		if m.cfg.Durable != nil {
 			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
 				return fmt.Errorf("meta: drop the durable record of %q: %w", key, err)

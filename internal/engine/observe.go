@@ -158,6 +158,9 @@ func (s observedSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]stor
 		}
 		s.e.obs.arrived(key, d)
 		s.e.obs.wrote(key, s.e.nodeOf(ops[i].Key), 1)
+		// The delta left this process's pending amount: a cached sum read
+		// before it landed would now miss it.
+		s.e.cache.drop(key)
 	}
 	return res, nil
 }

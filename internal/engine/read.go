@@ -231,9 +231,15 @@ func (e *Engine) cached(key string) (Reading, bool) {
 	if !ok {
 		return Reading{}, false
 	}
-	age := e.cfg.Clock.Now().Sub(at)
+	now := e.cfg.Clock.Now()
+	age := now.Sub(at)
 	if age >= e.ns.Lookup(key).ReadCacheTTL || age < 0 {
 		return Reading{}, false
+	}
+	if e.meta != nil {
+		if d := e.meta.CachedDeadline(key); !d.IsZero() && !now.Before(d) {
+			return Reading{}, false
+		}
 	}
 	return Reading{Key: key, Value: v, Stale: age, N: n}, true
 }
@@ -245,10 +251,16 @@ func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, 
 		return nil, err
 	}
 	out := make(map[string]Reading, len(keys))
+	done := e.cfg.Clock.Now() // a read that ends after a deadline may miss parts
 	for _, r := range reads {
 		sum, err := r.Sum()
 		if err != nil {
 			return nil, fmt.Errorf("read %q: %w", r.Key, err)
+		}
+		if e.meta != nil {
+			if d := e.meta.CachedDeadline(r.Key); !d.IsZero() && !done.Before(d) {
+				sum = 0 // past its deadline: gone, whatever is left of it
+			}
 		}
 		out[r.Key] = Reading{Key: r.Key, Value: sum, N: len(r.Subs)}
 		if !e.cfg.NoReadCache {

@@ -23,6 +23,7 @@ func (e *Engine) startBuffers() error {
 			MaxPendingKeys: e.cfg.MaxPendingKeys,
 			BatchTimeout:   e.cfg.Timeout,
 			Labels:         e.WriteLabels,
+			ExpireAt:       func(key, label string) time.Time { at, _ := e.expireAtFor(key, label); return at },
 			Clock:          e.cfg.Clock,
 			Rand:           e.cfg.Rand,
 			OnError:        e.cfg.OnFlushError,
@@ -60,8 +61,18 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 		// No sub-counter within the bound can take it.
 		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
 	}
-	sub := keyspace.SubKey(key, labels[pick(e.cfg.Rand(), len(labels))])
-	v, err := e.st.IncrBy(ctx, sub, delta)
+	label := labels[pick(e.cfg.Rand(), len(labels))]
+	at, expired := e.expireAtFor(key, label)
+	if expired {
+		// Past its deadline: what is left goes, and a new counter starts.
+		if err := e.expireNow(ctx, key); err != nil {
+			return fmt.Errorf("incr %q: %w", key, err)
+		}
+		label = keyspace.ColdLabel
+		at, _ = e.expireAtFor(key, label)
+	}
+	sub := keyspace.SubKey(key, label)
+	v, err := e.incrBy(ctx, sub, delta, at)
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}

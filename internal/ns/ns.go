@@ -68,6 +68,9 @@ type Namespace struct {
 	// sub-counter and no metadata, one cache key, until its cache write
 	// rate passes HotRate. It is not inherited.
 	NoColdStart bool
+	// TTL, when set, gives every new counter a deadline: TTL after its
+	// first write. 0 inherits (the defaults' 0: counters never expire).
+	TTL time.Duration
 	// HotRate is the cache writes per second (measured in each process)
 	// past which a cold counter grows to N sub-counters; it folds back
 	// after staying below half of it for the automatic-N hysteresis. 0
@@ -126,6 +129,9 @@ func New(def Namespace, list []Namespace) (*Table, error) {
 		if n.HotRate == 0 {
 			n.HotRate = def.HotRate
 		}
+		if n.TTL == 0 {
+			n.TTL = def.TTL
+		}
 		t.list = append(t.list, n)
 	}
 	sort.SliceStable(t.list, func(i, j int) bool { return len(t.list[i].Prefix) > len(t.list[j].Prefix) })
@@ -143,6 +149,8 @@ func check(n Namespace, what string) error {
 		return fmt.Errorf("%w: %s: flush interval must not be negative, got %v", ErrInvalid, what, n.FlushInterval)
 	case n.ReadCacheTTL < 0:
 		return fmt.Errorf("%w: %s: read-cache TTL must not be negative, got %v", ErrInvalid, what, n.ReadCacheTTL)
+	case n.TTL < 0:
+		return fmt.Errorf("%w: %s: TTL must not be negative, got %v", ErrInvalid, what, n.TTL)
 	case n.HotRate < 0 || n.HotRate != n.HotRate || n.HotRate > 1e12:
 		return fmt.Errorf("%w: %s: hot rate must be 0..1e12 writes/s, got %v", ErrInvalid, what, n.HotRate)
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 // incrOnceScript applies KEYS[1] += ARGV[1] unless token KEYS[2] exists,
-// then sets the token with a TTL of ARGV[2] ms. It returns nil when the token
+// then sets the token with a TTL of ARGV[2] ms and, when ARGV[3] is not
+// empty, gives KEYS[1] the deadline ARGV[3] (Unix ms) if it has none. It returns nil when the token
 // was used, the INCRBY error (with the token untouched) when INCRBY fails,
 // an overflow error (with the increment taken back and the token
 // untouched) when the new value passes ±store.MaxValue, and otherwise the
@@ -35,6 +36,9 @@ if r > 9007199254740991 or r < -9007199254740991 then
   return redis.error_reply('ERR increment would overflow the sub-counter bound 2^53-1')
 end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+if ARGV[3] and ARGV[3] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[3], 'NX')
+end
 return redis.call('GET', KEYS[1])
 `
 
@@ -158,10 +162,14 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 				return b.Incrby().Key(op.Key).Increment(op.Delta).Build()
 			}
 			delta, ttl := strconv.FormatInt(op.Delta, 10), ttls[valid[j]]
-			if resend {
-				return b.Eval().Script(incrOnceScript).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl).Build()
+			var at string
+			if !op.ExpireAt.IsZero() {
+				at = strconv.FormatInt(op.ExpireAt.UnixMilli(), 10)
 			}
-			return b.Evalsha().Sha1(incrOnceSHA).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl).Build()
+			if resend {
+				return b.Eval().Script(incrOnceScript).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl, at).Build()
+			}
+			return b.Evalsha().Sha1(incrOnceSHA).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl, at).Build()
 		},
 	})
 	if err != nil {
