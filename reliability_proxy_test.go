@@ -81,9 +81,9 @@ func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxie
 // under buffered load: the total is exact, and retries of applied flushes
 // were recognised by their token. Whether a dropped reply was that of an
 // applied flush whose retry then got through is up to timing, so a run
-// without that case is tried again (testenv.RetryFault).
+// without that case is tried again (testenv.Retry).
 func TestReliabilityLostRepliesBuffered(t *testing.T) {
-	testenv.RetryFault(t, testenv.FaultTries, func(t *testing.T) error {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		px, c := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
 			if on {
 				p.DropReplies(1)
@@ -92,12 +92,12 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 			}
 		})
 		if s := px.proxy.Stats(); s.RepliesDropped == 0 {
-			return fmt.Errorf("no reply was dropped (%+v)", s)
+			return fmt.Errorf("the fault did not happen: no reply was dropped (%+v)", s)
 		}
 		// The case that matters: a flush was applied, its reply was lost,
 		// and its retry was recognised by the token.
 		if s := c.BufferStats(); s.OpsSkipped == 0 {
-			return fmt.Errorf("no retry met its own token (stats %+v): the lost-reply case was not exercised", s)
+			return fmt.Errorf("the fault did not happen: no retry met its own token (stats %+v): the lost-reply case was not exercised", s)
 		}
 		return nil
 	})
@@ -106,7 +106,7 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 // TestReliabilityLostRepliesUnbuffered: with plain Incr, an increment whose
 // reply is lost fails with ErrUnavailable, and its outcome is unknown.
 func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
-	testenv.RetryFault(t, testenv.FaultTries, func(t *testing.T) error {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		noLeak(t)
 		px := startProxied(t)
 		c := px.client(t, hotcount.Config{N: 4, Timeout: 300 * time.Millisecond})
@@ -139,7 +139,7 @@ func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
 		}
 		closeWithin(t, c, 10*time.Second)
 		if unknown == 0 {
-			return fmt.Errorf("no Incr failed (proxy %+v)", px.proxy.Stats())
+			return fmt.Errorf("the fault did not happen: no Incr failed (proxy %+v)", px.proxy.Stats())
 		}
 		return nil
 	})
@@ -148,14 +148,14 @@ func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
 // TestReliabilityResets resets every connection repeatedly under buffered
 // load: exact total.
 func TestReliabilityResets(t *testing.T) {
-	testenv.RetryFault(t, testenv.FaultTries, func(t *testing.T) error {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		px, _ := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
 			if on {
 				p.ResetAll()
 			}
 		})
 		if s := px.proxy.Stats(); s.Resets == 0 {
-			return fmt.Errorf("no connection was reset (%+v)", s)
+			return fmt.Errorf("the fault did not happen: no connection was reset (%+v)", s)
 		}
 		return nil
 	})
@@ -166,7 +166,7 @@ func TestReliabilityResets(t *testing.T) {
 func TestReliabilityPartialWrites(t *testing.T) {
 	for _, d := range []faultproxy.Direction{faultproxy.Upstream, faultproxy.Downstream} {
 		t.Run(d.String(), func(t *testing.T) {
-			testenv.RetryFault(t, testenv.FaultTries, func(t *testing.T) error {
+			testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 				px, _ := runFaulted(t, func(p *faultproxy.Proxy, on bool) {
 					if on {
 						p.SetPartialWrite(d, 5)
@@ -175,7 +175,7 @@ func TestReliabilityPartialWrites(t *testing.T) {
 					}
 				})
 				if s := px.proxy.Stats(); s.PartialWrites == 0 {
-					return fmt.Errorf("no partial write happened (%+v)", s)
+					return fmt.Errorf("the fault did not happen: no partial write happened (%+v)", s)
 				}
 				return nil
 			})

@@ -18,7 +18,7 @@ import (
 var shared *Cluster
 
 func TestMain(m *testing.M) {
-	if os.Getenv(retryChildEnv) != "" { // a child of TestRetryFaultFailsOnWrongData
+	if os.Getenv(retryChildEnv) != "" { // a child of TestRetryFailsOnWrongData
 		os.Exit(m.Run())
 	}
 	code := Main(m, ClusterOptions{Replicas: 1}, &shared)

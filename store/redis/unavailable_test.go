@@ -34,7 +34,7 @@ func TestUnavailable(t *testing.T) {
 	// queued and runs when the pause ends. On a busy machine the op may
 	// reach the server only after the pause: then it is tried again.
 	try := 0
-	testenv.RetryFault(t, testenv.FaultTries, func(t *testing.T) error {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		try++
 		ctx := ctxT(t)
 		base := fmt.Sprintf("u%d", try)
@@ -47,13 +47,13 @@ func TestUnavailable(t *testing.T) {
 		case err != nil:
 			t.Fatalf("paused: %v", err)
 		case res[0].Err == nil:
-			missed = fmt.Errorf("the op was answered (%+v): it reached the server after the pause", res[0])
+			missed = fmt.Errorf("the fault did not happen: the op was answered (%+v): it reached the server after the pause", res[0])
 		case !errors.Is(res[0].Err, store.ErrUnavailable) || res[0].Applied:
 			t.Fatalf("paused: %+v; want ErrUnavailable", res)
 		}
 		if missed == nil {
 			if _, err := s.Get(ctx, []string{key}); err == nil {
-				missed = errors.New("the Get was answered: it reached the server after the pause")
+				missed = errors.New("the fault did not happen: the Get was answered: it reached the server after the pause")
 			} else if !errors.Is(err, store.ErrUnavailable) {
 				t.Fatalf("paused Get: %v", err)
 			}
