@@ -50,6 +50,11 @@ func toggle(stop <-chan struct{}, on, off time.Duration, set func(bool)) {
 // toggles, then stops everything, closes the client and checks that the
 // cache holds exactly what was acknowledged.
 func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
+	return runFaultedFor(t, 150*time.Millisecond, fault)
+}
+
+// runFaultedFor is runFaulted with the fault on for on at a time.
+func runFaultedFor(t *testing.T, on time.Duration, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
 	noLeak(t)
 	px := startProxied(t)
 	c := px.client(t, hotcount.Config{N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond})
@@ -58,7 +63,7 @@ func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxie
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		toggle(stop, 150*time.Millisecond, 100*time.Millisecond, func(on bool) { fault(px.proxy, on) })
+		toggle(stop, on, 100*time.Millisecond, func(on bool) { fault(px.proxy, on) })
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
@@ -184,9 +189,17 @@ func TestReliabilityPartialWrites(t *testing.T) {
 }
 
 // TestReliabilityHalfOpen holds every connection silent (bytes held, then
-// released late) under buffered load: exact total.
+// released late) under buffered load, for longer than the Timeout, so that
+// flushes time out and are retried while their first attempt is still on
+// its way: exact total.
 func TestReliabilityHalfOpen(t *testing.T) {
-	runFaulted(t, func(p *faultproxy.Proxy, on bool) { p.SetHalfOpen(on) })
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		_, c := runFaultedFor(t, 700*time.Millisecond, func(p *faultproxy.Proxy, on bool) { p.SetHalfOpen(on) })
+		if s := c.BufferStats(); s.FlushErrors == 0 {
+			return fmt.Errorf("the fault did not happen: no flush timed out (stats %+v)", s)
+		}
+		return nil
+	})
 }
 
 // TestReliabilityNoHang: with latency beyond Config.Timeout, and with
