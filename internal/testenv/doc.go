@@ -42,6 +42,13 @@
 // Do and CommandStats speak a minimal RESP2 dialect over a fresh connection
 // per call, so that the package depends on no client library and leaves no
 // goroutines behind.
+//
+// Retry runs a fault test (or a load test whose timeouts leave outcomes
+// unknown) as up to Tries subtests: a try whose fault did not happen is
+// logged and tried again, a try with wrong data fails the test at once,
+// and a test whose fault never happened is skipped with the reason, never
+// failed, so that the suite passes on a busy machine without a test that
+// cannot fail.
 package testenv
 
 import (
