@@ -57,7 +57,7 @@ func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxie
 func runFaultedFor(t *testing.T, on time.Duration, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 16), 8, 50, 200*time.Microsecond)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -75,7 +75,7 @@ func runFaultedFor(t *testing.T, on time.Duration, fault func(p *faultproxy.Prox
 	}
 	closeWithin(t, c, 20*time.Second)
 	sum := l.checkExact(t, []string{px.node.Addr}, 4)
-	s := c.BufferStats()
+	s := c.Stats().Buffer
 	t.Logf("acked %d, cache %d; flushes %d, flush errors %d, retries %d, applied %d, skipped (token already used) %d; proxy %+v",
 		l.totalAcked(), sum, s.Flushes, s.FlushErrors, s.Retries, s.OpsApplied, s.OpsSkipped, px.proxy.Stats())
 	return px, c
@@ -101,7 +101,7 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 		}
 		// The case that matters: a flush was applied, its reply was lost,
 		// and its retry was recognised by the token.
-		if s := c.BufferStats(); s.OpsSkipped == 0 {
+		if s := c.Stats().Buffer; s.OpsSkipped == 0 {
 			return fmt.Errorf("the fault did not happen: no retry met its own token (stats %+v): the lost-reply case was not exercised", s)
 		}
 		return nil
@@ -114,7 +114,7 @@ func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
 	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		noLeak(t)
 		px := startProxied(t)
-		c := px.client(t, hotcount.Config{N: 4, Timeout: 300 * time.Millisecond})
+		c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Timeout: 300 * time.Millisecond})
 		ctx := context.Background()
 		key := uniqueKey(t)
 		var acked, unknown int64
@@ -195,7 +195,7 @@ func TestReliabilityPartialWrites(t *testing.T) {
 func TestReliabilityHalfOpen(t *testing.T) {
 	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
 		_, c := runFaultedFor(t, 700*time.Millisecond, func(p *faultproxy.Proxy, on bool) { p.SetHalfOpen(on) })
-		if s := c.BufferStats(); s.FlushErrors == 0 {
+		if s := c.Stats().Buffer; s.FlushErrors == 0 {
 			return fmt.Errorf("the fault did not happen: no flush timed out (stats %+v)", s)
 		}
 		return nil
@@ -210,8 +210,8 @@ func TestReliabilityNoHang(t *testing.T) {
 	noLeak(t)
 	const timeout = 200 * time.Millisecond
 	px := startProxied(t)
-	plain := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true})
-	buffered := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true, Buffered: true, FlushInterval: time.Hour})
+	plain := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
+	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: time.Hour}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	if err := plain.Incr(ctx, key, 1); err != nil {
