@@ -76,8 +76,8 @@ func runFaultedFor(t *testing.T, on time.Duration, fault func(p *faultproxy.Prox
 	closeWithin(t, c, 20*time.Second)
 	sum := l.checkExact(t, []string{px.node.Addr}, 4)
 	s := c.Stats().Buffer
-	t.Logf("acked %d, cache %d; flushes %d, flush errors %d, retries %d, applied %d, skipped (token already used) %d; proxy %+v",
-		l.totalAcked(), sum, s.Flushes, s.FlushErrors, s.Retries, s.OpsApplied, s.OpsSkipped, px.proxy.Stats())
+	t.Logf("acked %d (unknown outcome %d), cache %d; flushes %d, flush errors %d, retries %d, applied %d, skipped (token already used) %d; proxy %+v",
+		l.totalAcked(), l.totalUnknown(), sum, s.Flushes, s.FlushErrors, s.Retries, s.OpsApplied, s.OpsSkipped, px.proxy.Stats())
 	return px, c
 }
 
