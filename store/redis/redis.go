@@ -145,15 +145,17 @@ type Store struct {
 	wg             sync.WaitGroup
 	closeOnce      sync.Once
 
-	stats sync.Map // node name → *nodeCounters
+	stats     sync.Map // node name → *nodeCounters
+	deadlines *deadlines
 }
 
 var _ store.Store = (*Store)(nil)
 
 // state is one topology snapshot and the connection of each of its nodes.
 type state struct {
-	topo    *store.Topology
-	clients []rueidis.Client // by node index; nil: route through the cluster client
+	topo     *store.Topology
+	clients  []rueidis.Client // by node index; nil: route through the cluster client
+	counters []*nodeCounters  // by node index
 }
 
 // New connects to the servers in cfg, detects cluster mode and reads the
@@ -189,6 +191,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	s.deadlines = newDeadlines(cfg.Timeout)
 	s.base, s.cancel = context.WithCancel(context.Background())
 	if err := s.RefreshTopology(ctx); err != nil {
 		s.cancel()
@@ -260,12 +263,17 @@ type nodeCounters struct {
 	rounds, commands, redirects atomic.Int64
 }
 
-func (s *Store) count(node string, commands int, redirect bool) {
+// counters returns the counts of node, creating them on first use.
+func (s *Store) counters(node string) *nodeCounters {
 	v, ok := s.stats.Load(node)
 	if !ok {
 		v, _ = s.stats.LoadOrStore(node, new(nodeCounters))
 	}
-	c := v.(*nodeCounters)
+	return v.(*nodeCounters)
+}
+
+// count records one round of commands sent to a node.
+func (c *nodeCounters) count(commands int, redirect bool) {
 	c.rounds.Add(1)
 	c.commands.Add(int64(commands))
 	if redirect {
