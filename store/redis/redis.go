@@ -22,6 +22,21 @@
 // per call. No command ever names keys of two slots: reads are GET per key,
 // never MGET, and deletes are DEL per key.
 //
+// IncrBy, the hot path of an unbuffered increment, is a round of one
+// without the batch machinery: a slot lookup in the current map and one
+// INCRBY from rueidis' pooled command builder on the owner's connection,
+// where rueidis pipelines it with every concurrent caller's commands. It
+// allocates nothing for a delta below 100 in magnitude.
+//
+// A round's timeout costs no allocation either, in the common cases. When
+// the caller's context already ends within Config.Timeout it serves as it
+// is. When it cannot be cancelled at all (context.Background and the
+// like), the round gets a context shared by every round that starts in the
+// same sixteenth of Config.Timeout, ending Timeout after the last of them
+// may start; each round is thus bounded by Timeout to Timeout·17/16. Only
+// a cancellable context with a later deadline is wrapped with
+// context.WithTimeout.
+//
 // A command answered with MOVED or ASK (the slot moved since the snapshot),
 // TRYAGAIN, or NOSCRIPT is resent once, after the refresh, through the
 // rueidis cluster client, which follows redirects itself; these resends are
