@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,6 +113,93 @@ func alternate(b *testing.B, x, y func() error) (tx, ty time.Duration) {
 	b.ResetTimer()
 	for done := 0; done < b.N; done += sliceOps {
 		ops := min(sliceOps, b.N-done)
+		tx += run(x, ops)
+		ty += run(y, ops)
+	}
+	return tx, ty
+}
+
+// BenchmarkBufferedIncrVsAtomic compares a buffered Client.Incr on one hot
+// key with a bare atomic add on one int64, in alternating slices of the
+// same run, one goroutine per GOMAXPROCS (run with -cpu 1,2), and reports
+// both times and their ratio. "distinct-key" passes a string equal to the
+// key but not the one its cell was made from, as a key built per request
+// is, without the cost of building it; "per-call-key" concatenates
+// "likes:" + id in the loop, and so includes that cost.
+func BenchmarkBufferedIncrVsAtomic(b *testing.B) {
+	ctx := context.Background()
+	id := strings.Clone("post:42")
+	for _, tc := range []struct {
+		name string
+		incr func(c *hotcount.Client, ops int) error
+	}{
+		{"distinct-key", func(c *hotcount.Client, ops int) error {
+			key := "likes:" + id
+			for range ops {
+				if err := c.Incr(ctx, key, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"per-call-key", func(c *hotcount.Client, ops int) error {
+			for range ops {
+				if err := c.Incr(ctx, "likes:"+id, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := hotcount.New(ctx, hotcount.Config{Buffered: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close(ctx)
+			if err := c.Incr(ctx, "likes:post:42", 1); err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.ReportAllocs()
+			ti, ta := alternateSlices(b, func(ops int) {
+				if err := tc.incr(c, ops); err != nil {
+					b.Error(err)
+				}
+			}, func(ops int) {
+				for range ops {
+					n.Add(1)
+				}
+			})
+			b.ReportMetric(float64(ti)/float64(b.N), "incr-ns/op")
+			b.ReportMetric(float64(ta)/float64(b.N), "atomic-ns/op")
+			b.ReportMetric(float64(ti)/float64(ta), "ratio")
+		})
+	}
+}
+
+// alternateSlices runs b.N calls' worth of x and of y in alternating
+// slices, each slice shared by GOMAXPROCS goroutines, and returns the time
+// spent in each.
+func alternateSlices(b *testing.B, x, y func(ops int)) (tx, ty time.Duration) {
+	const slice = 1 << 16 // calls per slice, over all goroutines
+	procs := runtime.GOMAXPROCS(0)
+	run := func(f func(int), ops int) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := range procs {
+			n := ops / procs
+			if g < ops%procs {
+				n++
+			}
+			wg.Go(func() { f(n) })
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += slice {
+		ops := min(slice, b.N-done)
 		tx += run(x, ops)
 		ty += run(y, ops)
 	}
