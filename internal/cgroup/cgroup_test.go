@@ -278,3 +278,18 @@ func mustStat(t *testing.T, h Hierarchy, name string) Stat {
 	}
 	return st
 }
+
+// TestCheckNamesPath checks that a hierarchy where groups cannot be made
+// fails Check with an error naming the path that could not be written.
+func TestCheckNamesPath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-hierarchy")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []Version{V1, V2} {
+		err := Hierarchy{v, file}.Check("hotcount")
+		if err == nil || !strings.Contains(err.Error(), file) {
+			t.Errorf("v%d: Check = %v, want an error naming %s", v, err, file)
+		}
+	}
+}
