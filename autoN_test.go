@@ -20,8 +20,10 @@ func TestAutoNHeatAndCool(t *testing.T) {
 		// The budget is low so that the test holds where -race and a busy
 		// machine keep the achieved rate below 40,000/s: N targets
 		// rate × 1.5 / budget, capped at AutoNMaxN.
-		N: 2, AutoN: true, AutoNBudget: 2000, AutoNMaxN: 16, AutoNHysteresis: 1500 * time.Millisecond,
-		MetaTTL: 100 * time.Millisecond, NoReadCache: true,
+		Defaults: hotcount.Namespace{N: 2},
+		Reads:    hotcount.ReadConfig{NoCache: true},
+		Meta:     hotcount.MetaConfig{TTL: 100 * time.Millisecond},
+		AutoN:    hotcount.AutoNConfig{Enabled: true, Budget: 2000, MaxN: 16, Hysteresis: 1500 * time.Millisecond},
 	})
 	key := "likes:post:viral"
 	var sent atomic.Int64
@@ -111,7 +113,7 @@ func TestAutoNHeatAndCool(t *testing.T) {
 		t.Fatalf("total %+v %v, want %d", r, err, sent.Load())
 	}
 	t.Logf("hot phase achieved %.0f/s; N 2 → %d seen %v after the hot phase began, folded back %v after cooling began; decisions: %+v",
-		achieved, hot, grewAfter, shrankAfter, c.AutoNDecisions())
+		achieved, hot, grewAfter, shrankAfter, c.Decisions())
 }
 
 func closed(ch chan struct{}) bool {

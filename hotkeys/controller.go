@@ -79,18 +79,26 @@ type ControllerConfig struct {
 	OnDecision func(Decision)
 }
 
-// HotKey is one key of the last evaluation.
+// HotKey is one hot counter: what this process measured of it and, with
+// automatic N, the controller's view. It is the one hot-key report of
+// hotcount; the library, the HTTP API and the dashboard all use it.
 type HotKey struct {
 	// Key is the counter key.
-	Key string
-	// Rate is the estimated cluster-wide writes per second.
-	Rate float64
-	// N is the key's number of sub-counters.
-	N int
+	Key string `json:"key"`
+	// Arrivals is increments accepted per second by this process.
+	Arrivals float64 `json:"arrivals"`
+	// Writes is cache writes per second sent by this process (below
+	// Arrivals for buffered counters).
+	Writes float64 `json:"writes"`
+	// Rate is the estimated cluster-wide cache writes per second that
+	// automatic N sizes the counter by (0 without automatic N).
+	Rate float64 `json:"rate"`
+	// N is the key's number of sub-counters (0 when unknown).
+	N int `json:"n"`
 	// Resizing is true while a resize of the key is in flight.
-	Resizing bool
-	// Reason explains the last decision.
-	Reason string
+	Resizing bool `json:"resizing,omitempty"`
+	// Reason explains the last decision about the key, if any.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Controller evaluates the hottest keys every Interval and resizes them as

@@ -72,22 +72,22 @@ const (
 // Decision is the outcome of one evaluation of one key.
 type Decision struct {
 	// At is when the decision was taken.
-	At time.Time
+	At time.Time `json:"at"`
 	// Key is the counter key.
-	Key string
+	Key string `json:"key"`
 	// From is the key's N when the decision was taken.
-	From int
+	From int `json:"from"`
 	// To is the N asked for (From for ActionNone).
-	To int
+	To int `json:"to"`
 	// Rate is the estimated cluster-wide writes per second of the key.
-	Rate float64
+	Rate float64 `json:"rate"`
 	// Action says whether N grows, shrinks or stays.
-	Action Action
+	Action Action `json:"action"`
 	// Reason explains the decision in a sentence.
-	Reason string
+	Reason string `json:"reason"`
 	// Err is set (on a record of Controller.Decisions) when the resize
 	// asked for failed.
-	Err string
+	Err string `json:"error,omitempty"`
 }
 
 // KeyState is what a Policy remembers about one key between decisions.

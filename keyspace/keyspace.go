@@ -31,6 +31,9 @@ const SlotCount = 16384
 // MaxKeyLen is the longest counter key, in bytes.
 const MaxKeyLen = 512
 
+// MaxN is the largest number of sub-counters (labels) a counter may have.
+const MaxN = 1024
+
 // ErrInvalidKey is wrapped by every key rejection; the wrapped message says
 // which rule the key broke.
 var ErrInvalidKey = errors.New("hotcount: invalid key")

@@ -34,8 +34,9 @@ type Manager struct {
 
 // entry is one cached record.
 type entry struct {
-	m  Meta
-	at time.Time // taken before the record was read
+	m      Meta
+	at     time.Time // taken before the record was read
+	pinned bool      // a stored record, not derived defaults
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -61,7 +62,9 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 	now := m.cfg.Clock.Now()
 	if v, ok := m.cache.Load(key); ok {
 		e := v.(*entry)
-		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL {
+		// A writer needs pinned labels: defaults cached by a reader are
+		// not, and a slot migration may change them.
+		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || m.cfg.Naive) {
 			return e.m.Write, e.m.Read, nil
 		}
 	}
@@ -77,6 +80,87 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 	}
 	mt := v.(Meta)
 	return mt.Write, mt.Read, nil
+}
+
+// ReadSets returns, for each of keys, the labels a reader sums and whether
+// the counter has a record. Records cached for less than the TTL are used
+// as they are; the others are read together, one pipelined round per node
+// (and, for counters the cache has no record of, one batched look-up in
+// the durable store, whose records are restored to the cache). A counter
+// without any record gets its default labels, which are neither pinned
+// nor cached: a read creates no state. The slices are shared: do not
+// modify them. Every key must be a valid counter key.
+func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string, found []bool, err error) {
+	read = make([][]string, len(keys))
+	found = make([]bool, len(keys))
+	now := m.cfg.Clock.Now()
+	var miss []int
+	for i, k := range keys {
+		if v, ok := m.cache.Load(k); ok {
+			e := v.(*entry)
+			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL {
+				read[i], found[i] = e.m.Read, e.pinned
+				continue
+			}
+		}
+		miss = append(miss, i)
+	}
+	if len(miss) == 0 {
+		return read, found, nil
+	}
+	mkeys := make([]string, len(miss))
+	for j, i := range miss {
+		mkeys[j] = keys[i]
+	}
+	data, err := m.b.GetMetas(ctx, mkeys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("meta: read: %w", err)
+	}
+	var lost []int // indexes into miss without a record in the cache
+	for j, i := range miss {
+		if data[j] == nil {
+			lost = append(lost, j)
+			continue
+		}
+		mt, err := decode(data[j])
+		if err != nil {
+			return nil, nil, fmt.Errorf("meta: record of %q: %w", keys[i], err)
+		}
+		m.put(keys[i], mt, now)
+		read[i], found[i] = mt.Read, true
+	}
+	if len(lost) > 0 && m.cfg.Durable != nil {
+		lk := make([]string, len(lost))
+		for x, j := range lost {
+			lk[x] = mkeys[j]
+		}
+		recs, err := m.cfg.Durable.LoadMetas(ctx, lk)
+		if err != nil {
+			return nil, nil, fmt.Errorf("meta: load from the durable store: %w", err)
+		}
+		kept := lost[:0]
+		for _, j := range lost {
+			if _, ok := recs[mkeys[j]]; !ok {
+				kept = append(kept, j)
+				continue
+			}
+			// A record the cache lost: restore it, as Labels does.
+			mt, err := m.load(ctx, mkeys[j], false)
+			if err != nil {
+				return nil, nil, err
+			}
+			read[miss[j]], found[miss[j]] = mt.Read, true
+		}
+		lost = kept
+	}
+	for _, j := range lost {
+		labels, err := m.defaults(ctx, mkeys[j])
+		if err != nil {
+			return nil, nil, err
+		}
+		read[miss[j]] = labels
+	}
+	return read, found, nil
 }
 
 // Meta returns key's current record, read from the backend (not the
@@ -173,7 +257,7 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 // defaults returns the label set of a counter without a record.
 func (m *Manager) defaults(ctx context.Context, key string) ([]string, error) {
 	n := m.cfg.DefaultN(key)
-	if n < 1 || n > MaxN {
+	if n < 1 || n > keyspace.MaxN {
 		return nil, fmt.Errorf("%w: DefaultN(%q) = %d", ErrInvalidN, key, n)
 	}
 	if m.cfg.Naive {
@@ -199,7 +283,7 @@ func (m *Manager) topology(ctx context.Context) (*store.Topology, error) {
 }
 
 func (m *Manager) put(key string, mt Meta, at time.Time) {
-	m.cache.Store(key, &entry{m: mt, at: at})
+	m.cache.Store(key, &entry{m: mt, at: at, pinned: mt.Epoch > 0})
 	if m.fills.Add(1)%sweepEvery == 0 {
 		now := m.cfg.Clock.Now()
 		m.cache.Range(func(k, v any) bool {

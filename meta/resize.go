@@ -20,8 +20,8 @@ func (m *Manager) Resize(ctx context.Context, key string, n int) error {
 	if err := keyspace.Validate(key); err != nil {
 		return err
 	}
-	if n < 1 || n > MaxN {
-		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidN, n, MaxN)
+	if n < 1 || n > keyspace.MaxN {
+		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidN, n, keyspace.MaxN)
 	}
 	if err := m.Resume(ctx, key); err != nil {
 		return err

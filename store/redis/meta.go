@@ -133,6 +133,36 @@ func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
 	return data, true, nil
 }
 
+// GetMetas returns the metadata records of counters keys (nil: none), one
+// pipelined round per node.
+func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
+	mks := make([]string, len(keys))
+	for i, k := range keys {
+		mks[i] = keyspace.MetaKey(k)
+	}
+	res, err := s.run(ctx, batch{
+		n:        len(mks),
+		key:      func(i int) string { return mks[i] },
+		build:    func(b rueidis.Builder, i int, _ bool) rueidis.Completed { return b.Get().Key(mks[i]).Build() },
+		readonly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	for i, r := range res {
+		data, err := r.AsBytes()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("GET %q: %w", mks[i], s.mapErr(err))
+		}
+		out[i] = data
+	}
+	return out, nil
+}
+
 // CASMeta stores data as key's record if the stored record's "epoch"
 // member equals epoch (0: there is no record), in one script.
 func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {

@@ -60,6 +60,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -95,6 +96,8 @@ type Config struct {
 	Addrs []string
 	// Username and Password authenticate each connection (AUTH), when set.
 	Username, Password string
+	// TLS, when set, secures every connection.
+	TLS *tls.Config
 	// Timeout bounds each round (one pipelined batch to one node) and each
 	// topology query; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -190,6 +193,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		InitAddress:       cfg.Addrs,
 		Username:          cfg.Username,
 		Password:          cfg.Password,
+		TLSConfig:         cfg.TLS,
 		Dialer:            netDialer(cfg.DialTimeout),
 		ConnWriteTimeout:  cfg.Timeout + cfg.DialTimeout,
 		DisableCache:      true,
