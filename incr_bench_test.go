@@ -38,7 +38,7 @@ func BenchmarkIncrVsHandRolled(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	c, err := hotcount.New(ctx, hotcount.Config{Store: st, N: incrBenchN})
+	c, err := hotcount.New(ctx, hotcount.Config{Store: st, Defaults: hotcount.Namespace{N: incrBenchN}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func BenchmarkBufferedIncrVsAtomic(b *testing.B) {
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c, err := hotcount.New(ctx, hotcount.Config{Buffered: true})
+			c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{Buffered: true}})
 			if err != nil {
 				b.Fatal(err)
 			}
