@@ -62,6 +62,13 @@ const (
 	MaxPeriod = time.Second
 )
 
+// Remove retries a group that is still busy this many times, removeWait
+// apart.
+const (
+	removeTries = 50
+	removeWait  = 100 * time.Millisecond
+)
+
 // Version is the cgroup version of a hierarchy.
 type Version int
 
@@ -387,14 +394,25 @@ func (h Hierarchy) Stat(name string) (Stat, error) {
 
 // Remove deletes group name, then each of its parents that is left
 // empty, up to and including the first element of name. The group's
-// processes must have exited (or moved); a missing group is not an error.
+// processes must have exited (or moved); while the kernel still counts one
+// that has just exited, Remove retries for up to five seconds. A missing
+// group is not an error.
 func (h Hierarchy) Remove(name string) error {
 	dir, err := h.path(name)
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+	// A process that has just exited may stay in its group for a moment
+	// (its threads are still being torn down): retry while busy.
+	for try := 0; ; try++ {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if !errors.Is(err, syscall.EBUSY) || try == removeTries-1 {
+			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+		}
+		time.Sleep(removeWait)
 	}
 	for p := path.Dir(name); p != "."; p = path.Dir(p) {
 		err := os.Remove(filepath.Join(h.Mount, filepath.FromSlash(p)))
