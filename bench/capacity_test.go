@@ -190,7 +190,7 @@ func TestSI(t *testing.T) {
 			t.Errorf("si(%v) = %q, want %q", v, got, want)
 		}
 	}
-	for v, want := range map[float64]float64{0.9: 1, 1.1: 2, 2.3: 2.5, 4: 5, 7: 10, 21000: 25000} {
+	for v, want := range map[float64]float64{0.9: 1, 1.1: 1.2, 2.3: 2.4, 4: 4, 7: 8, 9: 10, 21000: 24000} {
 		if got := niceCeil(v); got != want {
 			t.Errorf("niceCeil(%v) = %v, want %v", v, got, want)
 		}

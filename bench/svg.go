@@ -15,8 +15,8 @@ var ErrNoChart = errors.New("bench: nothing to chart (no unbuffered or buffered 
 
 // Chart geometry, in SVG user units.
 const (
-	svgW, svgH                 = 640, 400
-	svgLeft, svgRight          = 80, 170
+	svgW, svgH                 = 720, 400
+	svgLeft, svgRight          = 80, 230
 	svgTop, svgBottom          = 40, 60
 	svgPlotW, svgPlotH float64 = svgW - svgLeft - svgRight, svgH - svgTop - svgBottom
 )
@@ -61,7 +61,8 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			y := c.IncrPerSec * min(n, float64(len(r.Primaries)))
 			capacity = append(capacity, point{n, y})
 		}
-		maxY = max(maxY, min(capacity[len(capacity)-1].y, 2*maxY))
+		// The capacity line may leave the plot above; it is clipped.
+		maxY = max(maxY, min(capacity[len(capacity)-1].y, 1.25*maxY))
 	}
 	yTop := niceCeil(maxY * 1.05)
 	lo, hi := math.Log2(ns[0]), math.Log2(ns[len(ns)-1])
@@ -76,6 +77,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", svgW, svgH, svgW, svgH)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
+	fmt.Fprintf(&b, `<defs><clipPath id="plot"><rect x="%d" y="%d" width="%.1f" height="%.1f"/></clipPath></defs>`+"\n", svgLeft, svgTop, svgPlotW, svgPlotH)
 	title := "Achieved increments/s against N"
 	if r.OfferedPerSec > 0 {
 		title += fmt.Sprintf(", %s/s offered", si(r.OfferedPerSec))
@@ -102,10 +104,9 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" dominant-baseline="middle">%s</text>`+"\n", lx+28, legendY, html.EscapeString(label))
 		legendY += 20
 	}
+	offeredStyle := `stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"`
 	if r.OfferedPerSec > 0 {
-		style := `stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"`
-		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" %s/>`+"\n", svgLeft, svgLeft+svgPlotW, y(r.OfferedPerSec), y(r.OfferedPerSec), style)
-		legend(style, "offered")
+		legend(offeredStyle, "offered")
 	}
 	if len(capacity) > 0 {
 		style := `stroke="#ff7f0e" stroke-width="1.5" stroke-dasharray="2 3" fill="none"`
@@ -113,7 +114,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		for _, p := range capacity {
 			fmt.Fprintf(&b, "%.1f,%.1f ", x(p.n), y(p.y))
 		}
-		fmt.Fprintf(&b, `" %s/>`+"\n", style)
+		fmt.Fprintf(&b, `" %s clip-path="url(#plot)"/>`+"\n", style)
 		legend(style, "node ceiling × nodes used")
 	}
 	for _, m := range []Mode{Sharded, Combined, Buffered} {
@@ -130,15 +131,24 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			}
 			fmt.Fprintf(&b, `" %s/>`+"\n", style)
 		}
+		// Unbuffered values are labelled below their points, buffered ones
+		// above, so that the two lines' labels do not overlap where they meet.
+		dy := -9.0
+		if m == Sharded {
+			dy = 18
+		}
 		for _, p := range pts {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`+"\n", x(p.n), y(p.y), svgColor[m])
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s">%s</text>`+"\n", x(p.n), y(p.y)-9, svgColor[m], si(p.y))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s">%s</text>`+"\n", x(p.n), y(p.y)+dy, svgColor[m], si(p.y))
 		}
 		name := string(m) + " achieved"
 		if m == Sharded {
 			name = "single / sharded achieved"
 		}
 		legend(style, name)
+	}
+	if r.OfferedPerSec > 0 {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" %s/>`+"\n", svgLeft, svgLeft+svgPlotW, y(r.OfferedPerSec), y(r.OfferedPerSec), offeredStyle)
 	}
 	if c := r.Calibration; c != nil {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" fill="#555">one node's single-key ceiling: %s/s; %d primaries</text>`+"\n",
@@ -149,13 +159,14 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	return err
 }
 
-// niceCeil rounds v up to 1, 2, 2.5 or 5 times a power of ten.
+// niceCeil rounds v up to 1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6 or 8 times a
+// power of ten (each divides into four round ticks).
 func niceCeil(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+	for _, m := range []float64{1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6, 8, 10} {
 		if m*p >= v {
 			return m * p
 		}
