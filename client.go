@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	undo = append(undo, c.eng.CloseBuffers)
 	c.scale, err = autoscale.New(autoscale.Config{
-		Engine: c.eng, AutoN: s.AutoN.Enabled, Rebalance: s.Rebalance.Auto, RebalanceCheck: s.Rebalance.Check,
+		Engine: c.eng, AutoN: s.AutoN.Enabled, NaiveLabels: s.Meta.NaiveLabels, Rebalance: s.Rebalance.Auto, RebalanceCheck: s.Rebalance.Check,
 		Policy:  hotkeys.Policy{Budget: s.AutoN.Budget, MaxN: s.AutoN.MaxN, Hysteresis: s.AutoN.Hysteresis},
 		Timeout: s.Timeout, Clock: s.Clock,
 	})

@@ -93,7 +93,7 @@ func TestFlushIntervalPerNamespace(t *testing.T) {
 	clk := clock.NewFake()
 	st := mustMem(t)
 	c := newClient(t, st, hotcount.Config{
-		Defaults: hotcount.Namespace{N: 1},
+		Defaults: hotcount.Namespace{NoColdStart: true, N: 1},
 		Namespaces: []hotcount.Namespace{
 			{Prefix: "live:", Buffered: true, FlushInterval: time.Second},
 			{Prefix: "views:", Buffered: true, FlushInterval: 10 * time.Second},

@@ -38,7 +38,7 @@ func BenchmarkIncrVsHandRolled(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	c, err := hotcount.New(ctx, hotcount.Config{Store: st, Defaults: hotcount.Namespace{N: incrBenchN}})
+	c, err := hotcount.New(ctx, hotcount.Config{Store: st, Defaults: hotcount.Namespace{N: incrBenchN, NoColdStart: true}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func toggle(stop <-chan struct{}, on, off time.Duration, set func(bool)) {
 func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 16), 8, 50, 200*time.Microsecond)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -101,7 +101,7 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{N: 4}, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Timeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	var acked, unknown int64
@@ -181,8 +181,8 @@ func TestReliabilityNoHang(t *testing.T) {
 	noLeak(t)
 	const timeout = 200 * time.Millisecond
 	px := startProxied(t)
-	plain := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{N: 4}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
-	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{N: 4, Buffered: true, FlushInterval: time.Hour}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
+	plain := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
+	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: time.Hour}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	if err := plain.Incr(ctx, key, 1); err != nil {

@@ -43,8 +43,8 @@ type Calibration struct {
 // calibration key.
 func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error) {
 	key := s.calibrationKey()
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 1}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -263,15 +263,15 @@ type round struct {
 // the key is cleared first. step and steps are for Progress.
 func runRound(ctx context.Context, s *settings, b backend, v variant, base int64, step, steps int) (*round, error) {
 	key, m, n := s.runKey(v), v.mode, v.n
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
-	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
+	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +361,7 @@ func clearKeys(s *settings, b backend, runs []variant) error {
 	defer cancel()
 	var errs []error
 	for _, v := range runs {
-		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: v.n}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: v.n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 		if err != nil {
 			return err
 		}

@@ -92,6 +92,7 @@ const (
 	StepOut       Step = "out"        // (c) one FoldOut done
 	StepIn        Step = "in"         // (d) one FoldIn done
 	StepRetired   Step = "retired"    // (f) folded labels removed from Read
+	StepDropped   Step = "dropped"    // a cold counter's record deleted
 )
 
 // Backend is the cache operations the protocol needs. *mem.Store and
@@ -105,7 +106,8 @@ type Backend interface {
 	GetMetas(ctx context.Context, keys []string) ([][]byte, error)
 	// CASMeta stores data as key's record if the stored record's epoch
 	// equals epoch (0: only if there is no record), atomically. data is a
-	// JSON object whose first member is "epoch", a decimal integer.
+	// JSON object whose first member is "epoch", a decimal integer. nil
+	// data deletes the record (if its epoch matches).
 	CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error)
 	// FoldOut moves the value out of sub-counter label of key, once per
 	// foldID: see step (c) in the package documentation.
@@ -127,6 +129,8 @@ type Durable interface {
 	// LoadMetas returns the records of many counters; counters without
 	// one are absent from the map.
 	LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error)
+	// DeleteMeta removes the record of counter key (none is fine).
+	DeleteMeta(ctx context.Context, key string) error
 }
 
 // Config configures a Manager. The zero value of every field is a
@@ -154,6 +158,11 @@ type Config struct {
 	// Naive uses keyspace.NaiveLabels for counters without a record
 	// instead of placed labels (such defaults are not pinned).
 	Naive bool
+	// Cold reports whether a counter without a record is cold: one
+	// sub-counter, keyspace.ColdLabel, and no record until it grows. nil
+	// means no counter is: a counter without a record gets DefaultN placed
+	// labels (ColdLabel first), pinned by its first writer.
+	Cold func(key string) bool
 	// Durable, when set, mirrors every record.
 	Durable Durable
 	// MaxRounds bounds the fold-out/fold-in rounds of one fold; 0 means

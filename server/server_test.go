@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/store"
 )
 
 func TestIncrGetClear(t *testing.T) {
@@ -82,14 +83,16 @@ func TestGetMulti(t *testing.T) {
 
 func TestOverflowIsConflict(t *testing.T) {
 	s, c := newTestServer(t, nil, Config{})
-	body := fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))
-	if r := call(t, s, "POST", "/v1/counters/one:k/incr", body); r.status != 200 {
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))); r.status != 409 {
+		t.Fatalf("past the sub-counter bound: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(store.MaxValue))); r.status != 200 {
 		t.Fatalf("first: %d %s", r.status, r.raw)
 	}
 	if r := call(t, s, "POST", "/v1/counters/one:k/incr", `{"by": 1}`); r.status != 409 || r.body["error"] == nil {
 		t.Fatalf("overflow: %d %s", r.status, r.raw)
 	}
-	if v := value(t, c, "one:k"); v != math.MaxInt64 {
+	if v := value(t, c, "one:k"); v != store.MaxValue {
 		t.Fatalf("value changed on overflow: %d", v)
 	}
 }

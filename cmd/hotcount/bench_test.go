@@ -57,7 +57,7 @@ type benchJSON struct {
 		Node       string  `json:"node"`
 		IncrPerSec float64 `json:"incr_per_sec"`
 	} `json:"calibration"`
-	Runs      []struct {
+	Runs []struct {
 		Mode              string           `json:"mode"`
 		IncrPerSec        float64          `json:"incr_per_sec"`
 		CacheWritesPerSec float64          `json:"cache_writes_per_sec"`

@@ -109,12 +109,19 @@ type nsConfig struct {
 	// ReadCacheTTL is how long a summed read is cached ("1s"); 0 means the
 	// library default.
 	ReadCacheTTL time.Duration `yaml:"read_cache_ttl"`
+	// ColdStart false gives every counter n sub-counters from its first
+	// write; nil or true start counters cold (one key) until they are hot.
+	ColdStart *bool `yaml:"cold_start"`
+	// HotRate is the cache writes/s past which a cold counter grows to n;
+	// 0 means the library default.
+	HotRate float64 `yaml:"hot_rate"`
 }
 
 // namespace returns the library's settings of the namespace.
 func (n nsConfig) namespace() hotcount.Namespace {
 	return hotcount.Namespace{Prefix: n.Prefix, N: n.N, Mode: hotcount.Mode(n.Mode), Buffered: n.Buffered != nil && *n.Buffered,
-		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL}
+		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL,
+		NoColdStart: n.ColdStart != nil && !*n.ColdStart, HotRate: n.HotRate}
 }
 
 // loadConfig merges defaults, the YAML file, the environment and flags. flags

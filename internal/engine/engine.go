@@ -112,10 +112,13 @@ type Engine struct {
 	order []*buffer.Buffer                 // bufs, shortest interval first
 	only  *buffer.Buffer                   // set when every key uses this one buffer
 
-	flight   singleflight.Group
-	cache    readCache
-	resizing sync.Map // counter key → struct{}: a resize in this process
-	obs      *observer
+	flight     singleflight.Group
+	cache      readCache
+	resizing   sync.Map // counter key → struct{}: a resize in this process
+	refreshing sync.Map // counter key → struct{}: a background label look-up
+	bg         sync.WaitGroup
+	closing    atomic.Bool
+	obs        *observer
 }
 
 // New returns an Engine for cfg and starts its buffers.
@@ -140,6 +143,7 @@ func New(cfg Config) (*Engine, error) {
 			Clock:    cfg.Clock,
 			DefaultN: func(key string) int { return e.ns.Lookup(key).N },
 			Naive:    cfg.NaiveLabels,
+			Cold:     func(key string) bool { return !e.ns.Lookup(key).NoColdStart },
 			Durable:  cfg.Durable,
 			Rand:     cfg.Rand,
 		})

@@ -48,8 +48,11 @@ func (e *Engine) OnlyBuffer() *buffer.Buffer { return e.only }
 func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 
 // Incr sends delta to one sub-counter of key chosen at random: one INCRBY.
+// When the counter's labels are not cached, the increment goes to its cold
+// label (which every reader sums) and the labels are looked up in the
+// background, so a write never waits for a metadata round trip.
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
-	labels, _, err := e.Labels(ctx, key)
+	labels, err := e.writeLabelsNow(ctx, key)
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
@@ -76,6 +79,51 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	e.cache.add(key, delta)
 	return nil
 }
+
+// writeLabelsNow returns key's write labels without waiting on a cold
+// counter: the cached ones (refreshed in the background before they
+// lapse), or, when none are cached, the cold label while a background
+// look-up fetches them. A counter of a namespace without cold start looks
+// its labels up at once instead (its first write pins them).
+func (e *Engine) writeLabelsNow(ctx context.Context, key string) ([]string, error) {
+	if e.meta == nil {
+		return e.naive[e.ns.Lookup(key).N], nil
+	}
+	w, stale, ok := e.meta.Cached(key)
+	switch {
+	case ok && stale:
+		e.refresh(key)
+		return w, nil
+	case ok:
+		return w, nil
+	case e.ns.Lookup(key).NoColdStart || e.cfg.NaiveLabels:
+		w, _, err := e.meta.Labels(ctx, key)
+		return w, err
+	}
+	e.refresh(key)
+	return coldOnly, nil
+}
+
+// refresh looks key's labels up again in the background, once at a time.
+func (e *Engine) refresh(key string) {
+	if e.closing.Load() {
+		return
+	}
+	if _, busy := e.refreshing.LoadOrStore(key, struct{}{}); busy {
+		return
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		defer e.refreshing.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		_ = e.meta.Refresh(ctx, key)
+	}()
+}
+
+// coldOnly is the write set of a counter whose labels are not known yet.
+var coldOnly = []string{keyspace.ColdLabel}
 
 // Add adds delta to key's local delta in the buffer of its namespace n
 // (which must use one).
@@ -119,12 +167,15 @@ func (e *Engine) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// CloseBuffers drains and closes every buffer.
+// CloseBuffers drains and closes every buffer, and waits for background
+// label look-ups.
 func (e *Engine) CloseBuffers(ctx context.Context) error {
 	var errs []error
 	for _, b := range e.order {
 		errs = append(errs, b.Close(ctx))
 	}
+	e.closing.Store(true)
+	e.bg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -75,7 +75,8 @@ func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
 	return out, nil
 }
 
-// CASMeta stores data as key's record if the stored record's "epoch"
+// CASMeta stores data (nil: deletes the record) as key's record if the
+// stored record's "epoch"
 // member equals epoch (0: there is no record).
 func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
 	if err := s.check(ctx); err != nil {
@@ -94,6 +95,10 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 	}
 	if cur != epoch {
 		return false, nil
+	}
+	if data == nil {
+		delete(t.recs, key)
+		return true, nil
 	}
 	t.recs[key] = bytes.Clone(data)
 	return true, nil

@@ -22,8 +22,9 @@ import (
 // fold can stay interrupted before it is resumed.
 const FoldMarkerTTL = 7 * 24 * time.Hour
 
-// casMetaScript sets KEYS[1] to ARGV[2] if the record's leading
-// `{"epoch":N` has N equal to ARGV[1] ("0": no record). Returns 1 if set.
+// casMetaScript sets KEYS[1] to ARGV[2] (deletes it when ARGV[2] is empty)
+// if the record's leading `{"epoch":N` has N equal to ARGV[1] ("0": no
+// record). Returns 1 if set.
 const casMetaScript = `
 local cur = redis.call('GET', KEYS[1])
 local e = '0'
@@ -33,7 +34,11 @@ end
 if e ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
 return 1
 `
 
