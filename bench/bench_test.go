@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,7 +214,7 @@ func TestRunEveryModeExact(t *testing.T) {
 		if buffered.MaxNodeShare != 1 {
 			t.Errorf("buffered writes one key, max node share %v", buffered.MaxNodeShare)
 		}
-		if rep.RatioBase != Single || len(rep.Ratios) != 4 || rep.Ratios[Single].IncrPerSec != 1 {
+		if rep.RatioBase != string(Single) || len(rep.Ratios) != 4 || rep.Ratios[string(Single)].IncrPerSec != 1 {
 			t.Errorf("ratios %v against %q", rep.Ratios, rep.RatioBase)
 		}
 		return nil
@@ -323,5 +324,70 @@ func TestRunEmbedded(t *testing.T) {
 func TestRunBadConfig(t *testing.T) {
 	if _, err := Run(t.Context(), Config{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("no key: %v", err)
+	}
+}
+
+// TestRunCalibratedSweep calibrates on the test cluster, offers half the
+// ceiling open-loop to sharded and combined at N = 1 and 3, and checks
+// the accounting: the offered rate follows from the ceiling, every run is
+// exact, every acknowledged increment was timed, the achieved ones are
+// among those acknowledged, and utilisation is the nodes' write rates over
+// the ceiling.
+func TestRunCalibratedSweep(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	rep, err := Run(ctx, Config{
+		Redis: cluster.Seeds(), Key: "bench:sweep", Modes: []Mode{Sharded, Combined}, Ns: []int{1, 3},
+		Procs: 2, Workers: 8, RateCeilings: 0.5, Calibrate: 500 * time.Millisecond,
+		Duration: 600 * time.Millisecond, Rounds: 1, Flush: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Calibration
+	if c == nil || c.IncrPerSec <= 0 || !slices.Contains(rep.Primaries, c.Node) || c.Procs != 2 || c.Workers != 8 || c.Errors != 0 {
+		t.Fatalf("calibration %+v (primaries %v)", c, rep.Primaries)
+	}
+	if c.Latency.Samples == 0 || c.NodeWritesPerSec <= 0 || c.NodeCPU <= 0 {
+		t.Errorf("calibration lacks figures: %+v", c)
+	}
+	if want := math.Round(0.5 * c.IncrPerSec); rep.OfferedPerSec != want {
+		t.Errorf("offered %v, want half the ceiling %v", rep.OfferedPerSec, want)
+	}
+	var labels []string
+	for _, r := range rep.Runs {
+		labels = append(labels, r.Label)
+		t.Logf("%s: offered %.0f achieved %.0f (%.3f) latency %+v writes/s by node %v util %v dropped %d unserved %d",
+			r.Label, r.OfferedPerSec, r.AchievedPerSec, r.Achieved, r.Latency, r.NodeWritesPerSec, r.NodeUtilisation, r.Dropped, r.Unserved)
+		if !r.Exact || r.Sent == 0 || r.Errors != 0 {
+			t.Errorf("%s: exact %v sent %d errors %d", r.Label, r.Exact, r.Sent, r.Errors)
+		}
+		if r.Latency.Samples != int(r.Sent) {
+			t.Errorf("%s: %d latencies for %d increments", r.Label, r.Latency.Samples, r.Sent)
+		}
+		// Achieved counts per second of window (0.6 s, one round).
+		if achieved := r.AchievedPerSec * 0.6; achieved > float64(r.Sent)*1.001 || r.AchievedPerSec > r.OfferedPerSec*1.001 {
+			t.Errorf("%s: achieved %.0f/s over 0.6 s, sent %d, offered %.0f/s", r.Label, r.AchievedPerSec, r.Sent, r.OfferedPerSec)
+		}
+		for n, w := range r.NodeWritesPerSec {
+			if u := r.NodeUtilisation[n]; math.Abs(u-w/c.IncrPerSec) > 0.001*max(1, u) {
+				t.Errorf("%s: node %s utilisation %v, writes/s %v, ceiling %v", r.Label, n, u, w, c.IncrPerSec)
+			}
+		}
+		if r.N > 1 && (r.ReadCached.Samples == 0 || r.ReadUncached.Samples == 0 || r.CachedVsUncached <= 0) {
+			t.Errorf("%s: reads %+v %+v ratio %v", r.Label, r.ReadCached, r.ReadUncached, r.CachedVsUncached)
+		}
+	}
+	if want := []string{"sharded n=1", "sharded n=3", "combined n=1", "combined n=3"}; !slices.Equal(labels, want) {
+		t.Errorf("runs %v, want %v", labels, want)
+	}
+	if rep.RatioBase != "sharded n=1" || len(rep.Ratios) != 4 {
+		t.Errorf("ratios %v against %q", rep.Ratios, rep.RatioBase)
+	}
+	var svg, text strings.Builder
+	if err := rep.WriteSVG(&svg); err != nil || !strings.Contains(svg.String(), "<polyline") {
+		t.Errorf("WriteSVG: %v", err)
+	}
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "calibration: one node ("+c.Node+")") {
+		t.Errorf("WriteText: %v\n%s", err, text.String())
 	}
 }

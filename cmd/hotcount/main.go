@@ -96,6 +96,10 @@ Examples:
   hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined
   hotcount shards --redis 127.0.0.1:7100 --key likes:post:42
   hotcount cluster down --dir /tmp/hc
+  hotcount cluster up --dir /tmp/hc8 --port 7200 --primaries 8 --replicas 0 --node-cpu 1%
+                                                   8 primaries, each under a 1% CPU quota (cgroup; root)
+  hotcount bench --redis 127.0.0.1:7200 --key hot --compare single,sharded,combined --n 8 --rate 3x --procs 8
+                                                   calibrate one node, offer 3x its ceiling open-loop
 `
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
