@@ -1,0 +1,28 @@
+package proxy_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// cluster is the Redis Cluster (3 primaries with a replica each) shared by
+// the package's tests.
+var cluster *testenv.Cluster
+
+// TestMain starts the shared cluster and fails the package if tests leave
+// goroutines behind.
+func TestMain(m *testing.M) {
+	code := testenv.Main(m, testenv.ClusterOptions{Primaries: 3, Replicas: 1}, &cluster)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
