@@ -19,7 +19,7 @@ import (
 type txState struct {
 	dc        rueidis.DedicatedClient
 	done      func() // gives the dedicated connection back
-	slot      int // bound slot; -1 none yet
+	slot      int    // bound slot; -1 none yet
 	inMulti   bool
 	multiSent bool // MULTI was sent upstream
 	watching  bool
