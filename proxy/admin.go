@@ -80,6 +80,8 @@ var metrics = []metric{
 		func(st *stats) *atomic.Int64 { return &st.commands }),
 	counterOf("hotcount_proxy_protocol_errors_total", "Connections closed for malformed or oversized input.",
 		func(st *stats) *atomic.Int64 { return &st.protocolErrors }),
+	counterOf("hotcount_proxy_panics_total", "Commands that panicked (bugs), answered with an error.",
+		func(st *stats) *atomic.Int64 { return &st.panics }),
 	counterOf("hotcount_proxy_counter_increments_total", "INCR/INCRBY/DECR/DECRBY on counter keys accepted.",
 		func(st *stats) *atomic.Int64 { return &st.counterIncrs }),
 	counterOf("hotcount_proxy_counter_reads_total", "Summed reads of counter keys (through the Client).",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -184,13 +185,7 @@ func (c *conn) handleBatch() bool {
 	if perr == nil && len(data) > 0 {
 		perr = c.checkPartial(data)
 	}
-	for _, b := range cmds {
-		if c.quit {
-			break
-		}
-		c.run(c.argbuf[b[0]:b[1]])
-	}
-	c.flushGroup()
+	c.runAll(cmds)
 	if perr != nil && !c.quit {
 		c.s.stats.protocolErrors.Add(1)
 		msg := perr.Error()
@@ -212,6 +207,28 @@ func (c *conn) handleBatch() bool {
 	}
 	clear(c.argbuf[:cap(c.argbuf)]) // drop references into the buffer
 	return !c.quit
+}
+
+// runAll runs a batch of commands. A panic (a bug) is answered with an
+// error, counted, logged, and closes the connection, whose state may be
+// broken; other connections go on.
+func (c *conn) runAll(cmds [][2]int) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.s.stats.panics.Add(1)
+			c.s.cfg.Logger.Error("proxy: panic serving a connection", "panic", v, "stack", string(debug.Stack()))
+			c.out = appendErr(c.out, "ERR hotcount proxy: internal error")
+			c.group.reset()
+			c.quit = true
+		}
+	}()
+	for _, b := range cmds {
+		if c.quit {
+			break
+		}
+		c.run(c.argbuf[b[0]:b[1]])
+	}
+	c.flushGroup()
 }
 
 // checkPartial bounds an unfinished command: its size (MaxCommandSize),

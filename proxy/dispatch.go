@@ -78,6 +78,11 @@ func notAuthed(name string) bool {
 func (c *conn) run(args [][]byte) {
 	s := c.s
 	s.stats.commands.Add(1)
+	if len(args[0]) == 0 {
+		c.flushGroup()
+		c.out = appendErr(c.out, unknownCommand(args))
+		return
+	}
 	var nb [32]byte
 	lname := lower(nb[:0], args[0])
 	name := string(lname) // one allocation per command; names are short

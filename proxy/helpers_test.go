@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/proxy"
 )
 
@@ -49,15 +50,21 @@ type env struct {
 // proxy, so that buffered deltas are flushed).
 func startProxy(t testing.TB, ns []hotcount.Namespace, cfg proxy.Config) *env {
 	t.Helper()
+	return startProxyOn(t, cluster, ns, cfg)
+}
+
+// startProxyOn is startProxy in front of cl.
+func startProxyOn(t testing.TB, cl *testenv.Cluster, ns []hotcount.Namespace, cfg proxy.Config) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hc, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), Namespaces: ns, FlushInterval: 50 * time.Millisecond})
+	hc, err := hotcount.New(ctx, hotcount.Config{Redis: cl.Seeds(), Namespaces: ns, FlushInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Counters = counters{hc, ns}
 	if cfg.Redis == nil {
-		cfg.Redis = cluster.Seeds()
+		cfg.Redis = cl.Seeds()
 	}
 	srv, err := proxy.New(ctx, cfg)
 	if err != nil {

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -11,7 +12,8 @@ import (
 )
 
 // cluster is the Redis Cluster (3 primaries with a replica each) shared by
-// the package's tests.
+// the package's tests. It is not started for a fuzzing run (go test -fuzz
+// and its worker processes): FuzzCommands starts a small one of its own.
 var cluster *testenv.Cluster
 
 // leakOptions ignore rueidis's delayed cluster refresh, which ends on its
@@ -24,7 +26,13 @@ var leakOptions = []goleak.Option{
 // TestMain starts the shared cluster and fails the package if tests leave
 // goroutines behind.
 func TestMain(m *testing.M) {
-	code := testenv.Main(m, testenv.ClusterOptions{Primaries: 3, Replicas: 1}, &cluster)
+	flag.Parse()
+	var code int
+	if fuzzing() {
+		code = m.Run()
+	} else {
+		code = testenv.Main(m, testenv.ClusterOptions{Primaries: 3, Replicas: 1}, &cluster)
+	}
 	if code == 0 {
 		if err := goleak.Find(leakOptions...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
@@ -32,4 +40,11 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// fuzzing reports whether this process runs a fuzz target (-test.fuzz) or
+// is one of its workers.
+func fuzzing() bool {
+	f, w := flag.Lookup("test.fuzz"), flag.Lookup("test.fuzzworker")
+	return (f != nil && f.Value.String() != "") || (w != nil && w.Value.String() == "true")
 }

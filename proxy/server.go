@@ -45,7 +45,39 @@ type stats struct {
 	accepted, rejected, commands, protocolErrors atomic.Int64
 	counterIncrs, counterReads, counterClears    atomic.Int64
 	passed, split, upstreamErrors, refused       atomic.Int64
-	estimateReads                                atomic.Int64
+	estimateReads, panics                        atomic.Int64
+}
+
+// Stats is a snapshot of the proxy's counters (also exported as metrics).
+type Stats struct {
+	Clients         int   // open client connections
+	Accepted        int64 // connections accepted
+	Rejected        int64 // connections refused (MaxClients, shutdown)
+	Commands        int64 // commands received
+	ProtocolErrors  int64 // connections closed for malformed or oversized input
+	Panics          int64 // commands that panicked (bugs), answered with an error
+	CounterIncrs    int64 // increments of counter keys accepted
+	CounterReads    int64 // summed reads of counter keys
+	EstimateAnswers int64 // counter values answered from the estimate
+	CounterClears   int64 // counters cleared
+	Passed          int64 // commands passed through
+	Split           int64 // commands split by slot or sent to every primary
+	UpstreamErrors  int64 // failed round trips to the cluster
+	Refused         int64 // commands refused as unsupported
+	Estimates       int   // counter keys with an estimate held
+}
+
+// Stats returns a snapshot of the proxy's counters.
+func (s *Server) Stats() Stats {
+	st := &s.stats
+	return Stats{
+		Clients: s.Clients(), Accepted: st.accepted.Load(), Rejected: st.rejected.Load(),
+		Commands: st.commands.Load(), ProtocolErrors: st.protocolErrors.Load(), Panics: st.panics.Load(),
+		CounterIncrs: st.counterIncrs.Load(), CounterReads: st.counterReads.Load(),
+		EstimateAnswers: st.estimateReads.Load(), CounterClears: st.counterClears.Load(),
+		Passed: st.passed.Load(), Split: st.split.Load(), UpstreamErrors: st.upstreamErrors.Load(),
+		Refused: st.refused.Load(), Estimates: s.est.size(),
+	}
 }
 
 // New connects to the cluster (a RESP2 and a RESP3 rueidis client), reads
