@@ -45,6 +45,12 @@ const (
 	DefaultData = "./hotcount-data"
 	// DefaultMode is the durability mode of keys no namespace names.
 	DefaultMode = "fast"
+	// DefaultRESPListen is where `hotcount proxy` serves the Redis
+	// protocol: loopback only.
+	DefaultRESPListen = "127.0.0.1:6380"
+	// DefaultAdminListen is the HTTP admin port of `hotcount proxy`
+	// (/metrics, /healthz, /readyz); "off" turns it off.
+	DefaultAdminListen = "127.0.0.1:7071"
 )
 
 // ErrInvalid is wrapped by every configuration error.
@@ -60,10 +66,14 @@ const (
 	Mode     = "mode"
 	Token    = "token"
 	File     = "config"
+	// The settings of `hotcount proxy`.
+	RESPListen   = "resp_listen"
+	AdminListen  = "admin_listen"
+	RESPPassword = "resp_password"
 )
 
 // Names lists the settings that flags and environment variables may set.
-var Names = []string{Listen, Redis, Postgres, Data, Mode, Token, File}
+var Names = []string{Listen, Redis, Postgres, Data, Mode, Token, File, RESPListen, AdminListen, RESPPassword}
 
 // Config is the merged configuration of `hotcount serve`.
 type Config struct {
@@ -86,6 +96,14 @@ type Config struct {
 	Namespaces []Namespace `yaml:"namespaces"`
 	// AutoN, when present, turns automatic N on (file only).
 	AutoN *AutoN `yaml:"auto_n"`
+	// RESPListen is the host:port `hotcount proxy` serves Redis clients on.
+	RESPListen string `yaml:"resp_listen"`
+	// AdminListen is the host:port of the proxy's HTTP admin port, or
+	// "off".
+	AdminListen string `yaml:"admin_listen"`
+	// RESPPassword, when set, is the password Redis clients of the proxy
+	// must AUTH with (not a Redis credential).
+	RESPPassword string `yaml:"resp_password"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -109,6 +127,9 @@ type Namespace struct {
 	// ReadCacheTTL is how long a summed read is cached ("1s"); 0 means the
 	// library default.
 	ReadCacheTTL time.Duration `yaml:"read_cache_ttl"`
+	// Reply is what `hotcount proxy` answers to INCR on the namespace's
+	// keys: "estimate" (the default) or "exact" (a fresh summed read).
+	Reply string `yaml:"reply"`
 }
 
 // Load merges defaults, the YAML file, the environment and flags. flags
@@ -137,7 +158,8 @@ func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Confi
 		}
 		fileSrc := "file " + path
 		for name, set := range map[string]bool{Listen: cfg.Listen != "", Redis: len(cfg.Redis) > 0,
-			Postgres: cfg.Postgres != "", Data: cfg.Data != "", Mode: cfg.Mode != "", Token: cfg.Token != ""} {
+			Postgres: cfg.Postgres != "", Data: cfg.Data != "", Mode: cfg.Mode != "", Token: cfg.Token != "",
+			RESPListen: cfg.RESPListen != "", AdminListen: cfg.AdminListen != "", RESPPassword: cfg.RESPPassword != ""} {
 			if set {
 				cfg.Sources[name] = fileSrc
 			}
@@ -163,6 +185,12 @@ func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Confi
 			cfg.Mode = v
 		case Token:
 			cfg.Token = v
+		case RESPListen:
+			cfg.RESPListen = v
+		case AdminListen:
+			cfg.AdminListen = v
+		case RESPPassword:
+			cfg.RESPPassword = v
 		}
 	}
 	cfg.applyDefaults()
@@ -215,6 +243,8 @@ func (c *Config) applyDefaults() {
 	}
 	def(Listen, &c.Listen, DefaultListen)
 	def(Mode, &c.Mode, DefaultMode)
+	def(RESPListen, &c.RESPListen, DefaultRESPListen)
+	def(AdminListen, &c.AdminListen, DefaultAdminListen)
 	if c.Postgres == "" {
 		def(Data, &c.Data, DefaultData)
 	}
@@ -234,6 +264,17 @@ func (c *Config) Validate() error {
 	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return bad(Listen, "%v", err)
+	}
+	if err := checkHostPort(c.RESPListen); err != nil {
+		return bad(RESPListen, "%v", err)
+	}
+	if c.AdminListen != "off" {
+		if err := checkHostPort(c.AdminListen); err != nil {
+			return bad(AdminListen, "%v (or off)", err)
+		}
+	}
+	if strings.ContainsAny(c.RESPPassword, "\r\n") {
+		return bad(RESPPassword, "must not contain line breaks")
 	}
 	for _, a := range c.Redis {
 		if err := checkHostPort(a); err != nil {
@@ -273,6 +314,10 @@ func (c *Config) Validate() error {
 			return nsBad("flush_interval must not be negative")
 		case ns.ReadCacheTTL < 0:
 			return nsBad("read_cache_ttl must not be negative")
+		case ns.Reply != "" && ns.Reply != "estimate" && ns.Reply != "exact":
+			return nsBad("reply must be estimate or exact, got %q", ns.Reply)
+		case ns.Reply == "exact" && ns.ReadCacheTTL != 0:
+			return nsBad("reply: exact reads afresh on every INCR and GET; read_cache_ttl does not apply")
 		}
 		seen[ns.Prefix] = true
 	}
