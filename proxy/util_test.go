@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 )
 
@@ -18,3 +19,5 @@ func atoi(s string) int {
 }
 
 func ioReadFull(br *bufio.Reader, b []byte) (int, error) { return io.ReadFull(br, b) }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
