@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,6 +182,17 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 		t.Fatalf("the cluster holds %d, more than the %d increments sent: double count", got.Value, attempted)
 	}
 	if loss > window {
+		after, _ := cl.Primaries(ctx)
+		for _, a := range after {
+			keys, err := testenv.Do(ctx, a, "KEYS", "{"+counterKey+"#*")
+			t.Logf("DEBUG %s: %q %v", a, keys, err)
+			for _, k := range strings.Fields(keys) {
+				v, err := testenv.Do(ctx, a, "GET", k)
+				t.Logf("DEBUG   %s = %q %v", k, v, err)
+			}
+		}
+		sub, _ := hc.SubKeys(ctx, counterKey)
+		t.Logf("DEBUG proxy client subkeys %v; stats %+v", sub, hc.BufferStats())
 		t.Fatalf("lost %d, more than the %d acknowledged in the last %v before the kill", loss, window, time.Second+interval)
 	}
 	// Reads through the proxy work again too.

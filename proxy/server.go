@@ -13,6 +13,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// upstreamFlushDelay lets rueidis's writer wait this long after a flush
+// to collect the commands of more connections into the next one: fewer
+// write calls per command when many clients send one command at a time.
+const upstreamFlushDelay = 20 * time.Microsecond
+
 // Server is a RESP front: it accepts Redis clients, serves counter keys
 // through Counters and passes every other command to the cluster. It is
 // safe for concurrent use.
@@ -97,16 +102,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 	}
 	opt := rueidis.ClientOption{
-		InitAddress:       st.Redis,
-		Username:          st.RedisUsername,
-		Password:          st.RedisPassword,
-		DisableCache:      true,
-		ClientSetInfo:     rueidis.DisableClientSetInfo,
-		DisableRetry:      true,
-		Dialer:            net.Dialer{Timeout: st.Timeout},
-		ConnWriteTimeout:  st.Timeout,
-		BlockingPoolSize:  rueidis.DefaultPoolSize,
-		PipelineMultiplex: 2,
+		InitAddress:      st.Redis,
+		Username:         st.RedisUsername,
+		Password:         st.RedisPassword,
+		DisableCache:     true,
+		ClientSetInfo:    rueidis.DisableClientSetInfo,
+		DisableRetry:     true,
+		Dialer:           net.Dialer{Timeout: st.Timeout},
+		ConnWriteTimeout: st.Timeout,
+		BlockingPoolSize: rueidis.DefaultPoolSize,
+		MaxFlushDelay:    upstreamFlushDelay,
 	}
 	if s.up3, err = rueidis.NewClient(opt); err != nil {
 		return nil, fmt.Errorf("proxy: connecting to %s: %w", strings.Join(st.Redis, ","), err)
