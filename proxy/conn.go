@@ -53,7 +53,6 @@ type conn struct {
 	argbuf  [][]byte // arguments of the batch being run (alias rbuf)
 	out     []byte   // replies not yet written
 	scratch []byte   // message serialization (appendMessage)
-	strs    []string // string copies of one command's arguments
 	keybuf  []int
 	group   group // pass-through commands of the batch not yet sent
 
@@ -123,8 +122,14 @@ func (c *conn) growBuffer() {
 	c.rbuf = nb
 }
 
+// protocolError is malformed or oversized input; the client gets
+// "-ERR Protocol error: ..." and the connection is closed, as in Redis.
+type protocolError string
+
+func (e protocolError) Error() string { return "Protocol error: " + string(e) }
+
 // errCommandPanic stands for a panic of the parser on hostile input.
-var errCommandPanic = errors.New("Protocol error: invalid bulk length")
+const errCommandPanic = protocolError("invalid bulk length")
 
 // readCommand is redcon.ReadNextCommand, which indexes past the input on
 // some forged lengths (a bulk length near the int range, or negative):
@@ -172,7 +177,7 @@ func (c *conn) handleBatch() bool {
 			break
 		}
 		if kind == redcon.Tile38 {
-			perr = errors.New("Protocol error: expected '*' or an inline command")
+			perr = protocolError("expected '*' or an inline command")
 			break
 		}
 		data = leftover
@@ -236,11 +241,11 @@ func (c *conn) runAll(cmds [][2]int) {
 // announces (MaxMultiBulk), as Redis does.
 func (c *conn) checkPartial(data []byte) error {
 	if len(data) > c.s.cfg.MaxCommandSize {
-		return fmt.Errorf("Protocol error: command larger than %d bytes", c.s.cfg.MaxCommandSize)
+		return protocolError(fmt.Sprintf("command larger than %d bytes", c.s.cfg.MaxCommandSize))
 	}
 	if data[0] != '*' {
 		if len(data) > MaxInlineSize {
-			return errors.New("Protocol error: too big inline request")
+			return protocolError("too big inline request")
 		}
 		return nil
 	}
@@ -248,7 +253,7 @@ func (c *conn) checkPartial(data []byte) error {
 	for i := 1; i < len(data) && i < 24; i++ {
 		if data[i] == '\n' {
 			if n, err := strconv.Atoi(string(data[1 : i-1])); err == nil && n > MaxMultiBulk {
-				return errors.New("Protocol error: invalid multibulk length")
+				return protocolError("invalid multibulk length")
 			}
 			return nil
 		}

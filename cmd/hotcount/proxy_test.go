@@ -58,10 +58,9 @@ func TestProxyUsage(t *testing.T) {
 
 // proxyProcess is `hotcount proxy` running as a child process.
 type proxyProcess struct {
-	cmd          *exec.Cmd
-	resp, admin  string
-	stderr       *syncBuffer
-	unflushedURL string
+	cmd         *exec.Cmd
+	resp, admin string
+	stderr      *syncBuffer
 }
 
 // startProxyBinary runs the built binary as a proxy on free ports.
