@@ -50,7 +50,7 @@ func toggle(stop <-chan struct{}, on, off time.Duration, set func(bool)) {
 func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 16), 8, 50, 200*time.Microsecond)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -68,7 +68,7 @@ func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxie
 	}
 	closeWithin(t, c, 20*time.Second)
 	sum := l.checkExact(t, []string{px.node.Addr}, 4)
-	s := c.BufferStats()
+	s := c.Stats().Buffer
 	t.Logf("acked %d, cache %d; flushes %d, flush errors %d, retries %d, applied %d, skipped (token already used) %d; proxy %+v",
 		l.totalAcked(), sum, s.Flushes, s.FlushErrors, s.Retries, s.OpsApplied, s.OpsSkipped, px.proxy.Stats())
 	return px, c
@@ -91,7 +91,7 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 	}
 	// The case that matters happened: a flush was applied, its reply was
 	// lost, and its retry was recognised by the token.
-	if s := c.BufferStats(); s.OpsSkipped == 0 {
+	if s := c.Stats().Buffer; s.OpsSkipped == 0 {
 		t.Fatalf("no retry met its own token (stats %+v): the lost-reply case was not exercised", s)
 	}
 }
@@ -101,7 +101,7 @@ func TestReliabilityLostRepliesBuffered(t *testing.T) {
 func TestReliabilityLostRepliesUnbuffered(t *testing.T) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{N: 4, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Timeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	var acked, unknown int64
@@ -181,8 +181,8 @@ func TestReliabilityNoHang(t *testing.T) {
 	noLeak(t)
 	const timeout = 200 * time.Millisecond
 	px := startProxied(t)
-	plain := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true})
-	buffered := px.client(t, hotcount.Config{N: 4, Timeout: timeout, NoReadCache: true, Buffered: true, FlushInterval: time.Hour})
+	plain := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
+	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: time.Hour}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	if err := plain.Incr(ctx, key, 1); err != nil {

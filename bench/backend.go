@@ -63,7 +63,7 @@ type redisBackend struct {
 func (b *redisBackend) kind() string { return "redis" }
 
 func (b *redisBackend) open(ctx context.Context, cfg hotcount.Config) (*hotcount.Client, error) {
-	cfg.Redis = b.seeds
+	cfg.Redis.Addrs = b.seeds
 	return hotcount.New(ctx, cfg)
 }
 

@@ -68,6 +68,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // Mode is a way of writing the hot counter.
@@ -265,8 +266,8 @@ func (c Config) validate(now time.Time) (settings, error) {
 	if s.N == 0 {
 		s.N = DefaultN
 	}
-	if s.N < 1 || s.N > hotcount.MaxN {
-		return bad("N must be 1..%d, got %d", hotcount.MaxN, c.N)
+	if s.N < 1 || s.N > keyspace.MaxN {
+		return bad("N must be 1..%d, got %d", keyspace.MaxN, c.N)
 	}
 	if s.Procs == 0 {
 		s.Procs = DefaultProcs

@@ -48,7 +48,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // key; the cluster's slot ranges are fixed).
 func evenRunID(t *testing.T, ctx context.Context, key string, n int) string {
 	t.Helper()
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), N: n, NoReadCache: true})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Defaults: hotcount.Namespace{NoColdStart: true, N: n}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestRunEveryModeExact(t *testing.T) {
 	}
 	// The keys were cleared.
 	for _, r := range rep.Runs {
-		c, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), N: r.N, NoReadCache: true, Timeout: 10 * time.Second})
+		c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Defaults: hotcount.Namespace{NoColdStart: true, N: r.N}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestRunUnpacedKeep(t *testing.T) {
 	if rep.Ratios != nil || rep.RatioBase != "" {
 		t.Errorf("one mode has ratios %v", rep.Ratios)
 	}
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), N: r.N, NoReadCache: true, Timeout: 10 * time.Second})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Defaults: hotcount.Namespace{NoColdStart: true, N: r.N}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

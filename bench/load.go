@@ -205,15 +205,15 @@ type round struct {
 func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, step, steps int) (*round, error) {
 	key := s.runKey(m)
 	n := m.n(s.N)
-	cfg := hotcount.Config{N: n, Buffered: m.buffered(), FlushInterval: s.Flush, NaiveLabels: s.NaiveLabels}
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
-	checker, err := b.open(ctx, hotcount.Config{N: n, NoReadCache: true, NaiveLabels: s.NaiveLabels, Timeout: checkTimeout})
+	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
-	reader, err := b.open(ctx, hotcount.Config{N: n, NaiveLabels: s.NaiveLabels})
+	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
 	if err != nil {
 		return nil, err
 	}
@@ -222,9 +222,15 @@ func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, s
 	if err != nil {
 		return nil, err
 	}
-	// SubKeys also settles the key's label set (pinning placed labels in
-	// its metadata record) before the write counters are first read.
+	// A first write settles the key's label set (it pins placed labels in
+	// its metadata record) before the write counters are first read; +1
+	// and -1 leave its value as it was.
 	out := &round{key: key, primaries: append([]string(nil), topo.Nodes...), labelsByNode: map[string]int{}}
+	for _, d := range []int64{1, -1} {
+		if err := checker.Incr(ctx, key, d); err != nil {
+			return nil, fmt.Errorf("settling the labels of %q: %w", key, err)
+		}
+	}
 	subs, err := checker.SubKeys(ctx, key)
 	if err != nil {
 		return nil, err
@@ -297,7 +303,7 @@ func clearKeys(s *settings, b backend, modes []Mode) error {
 	defer cancel()
 	var errs []error
 	for _, m := range modes {
-		c, err := b.open(ctx, hotcount.Config{N: m.n(s.N), NoReadCache: true, NaiveLabels: s.NaiveLabels, Timeout: checkTimeout})
+		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: m.n(s.N), NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 		if err != nil {
 			return err
 		}

@@ -83,7 +83,7 @@ const recentSize = 256
 var (
 	// ErrOverflow: the Add would take the key's local delta past ±MaxDelta;
 	// nothing was changed. It wraps store.ErrOverflow.
-	ErrOverflow = fmt.Errorf("%w: local delta would pass ±2^62", store.ErrOverflow)
+	ErrOverflow = fmt.Errorf("%w: local delta would pass ±store.MaxValue (2^53-1)", store.ErrOverflow)
 	// ErrBackpressure: Config.MaxPendingKeys entries are held (usually
 	// because the sink is failing), so a new key cannot be buffered.
 	// Nothing was changed; Adds to keys already buffered still succeed.
@@ -181,8 +181,8 @@ func (b *Buffer) Add(key string, delta int64) error {
 	if c != nil && unsafe.StringData(c.key) == unsafe.StringData(key) && len(c.key) == len(key) &&
 		uint64(delta+fastLimit) < 2*fastLimit {
 		// One range check covers both the bound and the dead mark: a dead
-		// cell's value lies far below -MaxDelta. At nv == MaxDelta the sum
-		// wraps to exactly 2^63, still in range.
+		// cell's value lies far below -MaxDelta, so nv+MaxDelta is negative
+		// and, as a uint64, far above 2*MaxDelta.
 		nv := c.v.Add(delta)
 		if uint64(nv+MaxDelta) <= 2*MaxDelta {
 			return nil
@@ -266,7 +266,7 @@ func (b *Buffer) addCAS(c *cell, delta int64) (dead bool, err error) {
 }
 
 // overflows reports whether old+delta passes ±MaxDelta. old may exceed the
-// bound transiently by far less than 2^62, so nothing here wraps.
+// bound transiently by far less than 2^60, so nothing here wraps.
 func overflows(old, delta int64) bool {
 	if delta > 0 {
 		return old > MaxDelta-delta

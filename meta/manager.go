@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,11 @@ type Manager struct {
 
 // entry is one cached record.
 type entry struct {
-	m  Meta
-	at time.Time // taken before the record was read
+	m       Meta
+	readAll []string  // m.Read with keyspace.ColdLabel (what readers sum)
+	at      time.Time // taken before the record was read
+	pinned  bool      // a stored record, not derived defaults
+	stable  bool      // writers may use it: pinned, cold or naive defaults
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -61,8 +65,10 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 	now := m.cfg.Clock.Now()
 	if v, ok := m.cache.Load(key); ok {
 		e := v.(*entry)
-		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL {
-			return e.m.Write, e.m.Read, nil
+		// A writer needs stable labels: placed defaults cached by a reader
+		// are not, since a slot migration may change them.
+		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
+			return e.m.Write, e.readAll, nil
 		}
 	}
 	v, err, _ := m.flight.Do(key, func() (any, error) {
@@ -76,7 +82,144 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 		return nil, nil, err
 	}
 	mt := v.(Meta)
-	return mt.Write, mt.Read, nil
+	return mt.Write, m.withCold(mt.Read), nil
+}
+
+// Cached returns key's write labels when the cache holds them fresh for a
+// writer, with no round trip; ok is false otherwise (the writer may then
+// send its increment to keyspace.ColdLabel, which every reader sums, and
+// look the labels up in the background). stale is true once the entry is
+// past half its TTL: the caller should Refresh it in the background, so
+// that a busy counter's labels never lapse.
+func (m *Manager) Cached(key string) (write []string, stale, ok bool) {
+	v, found := m.cache.Load(key)
+	if !found {
+		return nil, false, false
+	}
+	e := v.(*entry)
+	if age := m.cfg.Clock.Now().Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
+		return e.m.Write, age >= m.cfg.TTL/2, true
+	}
+	return nil, false, false
+}
+
+// Refresh reads key's record again (pinning a warm counter's default
+// labels, as Labels does) and caches it, whatever the cache holds.
+func (m *Manager) Refresh(ctx context.Context, key string) error {
+	_, err, _ := m.flight.Do(key, func() (any, error) { return m.load(ctx, key, true) })
+	return err
+}
+
+// CachedReadSets returns the read sets of the keys the cache holds fresh
+// for readers, and the indexes of the others, with no round trip.
+func (m *Manager) CachedReadSets(keys []string) (read [][]string, missing []int) {
+	read = make([][]string, len(keys))
+	now := m.cfg.Clock.Now()
+	for i, k := range keys {
+		if v, ok := m.cache.Load(k); ok {
+			e := v.(*entry)
+			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || e.stable) {
+				read[i] = e.readAll
+				continue
+			}
+		}
+		missing = append(missing, i)
+	}
+	return read, missing
+}
+
+// withCold returns read with keyspace.ColdLabel added (shared when it is
+// there already). Naive label sets are used as they are.
+func (m *Manager) withCold(read []string) []string {
+	if m.cfg.Naive || slices.Contains(read, keyspace.ColdLabel) {
+		return read
+	}
+	return append(append(make([]string, 0, len(read)+1), keyspace.ColdLabel), read...)
+}
+
+// ReadSets returns, for each of keys, the labels a reader sums (always
+// with keyspace.ColdLabel) and whether the counter has a record. Records
+// cached for less than the TTL are used as they are; the others are read
+// together, one pipelined round per node (and, for counters the cache has
+// no record of, one batched look-up in the durable store, whose records
+// are restored to the cache). A counter without any record gets its
+// default labels, which are never pinned (a read creates no state) and are
+// cached only when they are stable (a cold counter's). The slices are
+// shared: do not modify them. Every key must be a valid counter key.
+func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string, found []bool, err error) {
+	read = make([][]string, len(keys))
+	found = make([]bool, len(keys))
+	now := m.cfg.Clock.Now()
+	var miss []int
+	for i, k := range keys {
+		if v, ok := m.cache.Load(k); ok {
+			e := v.(*entry)
+			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || e.stable) {
+				read[i], found[i] = e.readAll, e.pinned
+				continue
+			}
+		}
+		miss = append(miss, i)
+	}
+	if len(miss) == 0 {
+		return read, found, nil
+	}
+	mkeys := make([]string, len(miss))
+	for j, i := range miss {
+		mkeys[j] = keys[i]
+	}
+	data, err := m.b.GetMetas(ctx, mkeys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("meta: read: %w", err)
+	}
+	var lost []int // indexes into miss without a record in the cache
+	for j, i := range miss {
+		if data[j] == nil {
+			lost = append(lost, j)
+			continue
+		}
+		mt, err := decode(data[j])
+		if err != nil {
+			return nil, nil, fmt.Errorf("meta: record of %q: %w", keys[i], err)
+		}
+		m.put(keys[i], mt, now)
+		read[i], found[i] = m.withCold(mt.Read), true
+	}
+	if len(lost) > 0 && m.cfg.Durable != nil {
+		lk := make([]string, len(lost))
+		for x, j := range lost {
+			lk[x] = mkeys[j]
+		}
+		recs, err := m.cfg.Durable.LoadMetas(ctx, lk)
+		if err != nil {
+			return nil, nil, fmt.Errorf("meta: load from the durable store: %w", err)
+		}
+		kept := lost[:0]
+		for _, j := range lost {
+			if _, ok := recs[mkeys[j]]; !ok {
+				kept = append(kept, j)
+				continue
+			}
+			// A record the cache lost: restore it, as Labels does.
+			mt, err := m.load(ctx, mkeys[j], false)
+			if err != nil {
+				return nil, nil, err
+			}
+			read[miss[j]], found[miss[j]] = m.withCold(mt.Read), true
+		}
+		lost = kept
+	}
+	for _, j := range lost {
+		labels, err := m.defaults(ctx, mkeys[j])
+		if err != nil {
+			return nil, nil, err
+		}
+		if m.cold(mkeys[j]) {
+			m.put(mkeys[j], Meta{Write: labels, Read: labels}, now)
+		}
+		read[miss[j]] = m.withCold(labels)
+	}
+	return read, found, nil
 }
 
 // Meta returns key's current record, read from the backend (not the
@@ -113,7 +256,7 @@ func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) 
 		if err != nil {
 			return Meta{}, err
 		}
-		if found || !pin || m.cfg.Naive {
+		if found || !pin || m.cfg.Naive || m.cold(key) {
 			m.put(key, mt, at)
 			return mt, nil
 		}
@@ -173,17 +316,28 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 // defaults returns the label set of a counter without a record.
 func (m *Manager) defaults(ctx context.Context, key string) ([]string, error) {
 	n := m.cfg.DefaultN(key)
-	if n < 1 || n > MaxN {
+	if n < 1 || n > keyspace.MaxN {
 		return nil, fmt.Errorf("%w: DefaultN(%q) = %d", ErrInvalidN, key, n)
 	}
 	if m.cfg.Naive {
 		return keyspace.NaiveLabels(n), nil
 	}
+	if m.cold(key) {
+		return coldSet, nil
+	}
 	t, err := m.topology(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return placement.Choose(t, key, n, nil), nil
+	return placement.Extend(t, key, coldSet, n, nil), nil
+}
+
+// coldSet is the label set of a cold counter.
+var coldSet = []string{keyspace.ColdLabel}
+
+// cold reports whether a counter of key without a record is cold.
+func (m *Manager) cold(key string) bool {
+	return m.cfg.Cold != nil && !m.cfg.Naive && m.cfg.Cold(key)
 }
 
 // topology returns the current slot map, or nil without a source.
@@ -199,7 +353,9 @@ func (m *Manager) topology(ctx context.Context) (*store.Topology, error) {
 }
 
 func (m *Manager) put(key string, mt Meta, at time.Time) {
-	m.cache.Store(key, &entry{m: mt, at: at})
+	pinned := mt.Epoch > 0
+	m.cache.Store(key, &entry{m: mt, readAll: m.withCold(mt.Read), at: at, pinned: pinned,
+		stable: pinned || m.cfg.Naive || m.cold(key)})
 	if m.fills.Add(1)%sweepEvery == 0 {
 		now := m.cfg.Clock.Now()
 		m.cache.Range(func(k, v any) bool {

@@ -126,7 +126,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	bs := c.s.counters.BufferStats() // one scan of the buffer per scrape
+	bs := c.s.counters.Stats().Buffer // one scan of the buffer per scrape
 	for _, m := range metrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(c.s, &bs))
 	}

@@ -171,7 +171,7 @@ func BenchmarkAbsorption(b *testing.B) {
 		onBare := redisBenchmark(b, bare, clients, requests, pipeline, "INCR", plain)
 
 		// The total, read afresh from the cluster.
-		rd, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), NoReadCache: true})
+		rd, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Reads: hotcount.ReadConfig{NoCache: true}})
 		if err != nil {
 			b.Fatal(err)
 		}

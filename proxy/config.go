@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/clock"
 )
 
@@ -29,8 +28,8 @@ type Counters interface {
 	GetMulti(ctx context.Context, keys []string) (map[string]hotcount.Reading, error)
 	// Clear deletes every part of the counter key.
 	Clear(ctx context.Context, key string) error
-	// BufferStats returns the gauges of the buffered deltas.
-	BufferStats() buffer.Stats
+	// Stats returns the Client's gauges (the buffered deltas' among them).
+	Stats() hotcount.Stats
 }
 
 // Reply says what INCR on a counter key answers.
@@ -84,14 +83,11 @@ var ErrClosed = errors.New("proxy: closed")
 type Config struct {
 	// Counters serves the counter keys; required.
 	Counters Counters
-	// Redis lists the seed addresses ("host:port") of the cluster (or one
-	// standalone Redis) that every other key is passed through to;
-	// required.
-	Redis []string
-	// RedisUsername and RedisPassword authenticate the proxy to Redis.
-	RedisUsername, RedisPassword string
+	// Redis is the cluster (or one standalone Redis) that every other key
+	// is passed through to: seed addresses (required), credentials, TLS.
+	Redis hotcount.RedisConfig
 	// Password, when set, is what clients must give to AUTH (or HELLO
-	// AUTH) before other commands; it is unrelated to RedisPassword.
+	// AUTH) before other commands; it is unrelated to Redis.Password.
 	Password string
 	// Replies maps a counter namespace's prefix to its reply mode;
 	// namespaces not listed answer ReplyEstimate.
@@ -128,10 +124,10 @@ func (c Config) validate() (settings, error) {
 	if c.Counters == nil {
 		return bad("Counters is required")
 	}
-	if len(c.Redis) == 0 {
-		return bad("Redis needs at least one seed address")
+	if len(c.Redis.Addrs) == 0 {
+		return bad("Redis.Addrs needs at least one seed address")
 	}
-	for _, a := range c.Redis {
+	for _, a := range c.Redis.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return bad("Redis address %q is not host:port", a)
 		}
@@ -142,7 +138,7 @@ func (c Config) validate() (settings, error) {
 	if strings.ContainsAny(c.Password, "\r\n") {
 		return bad("Password must not contain line breaks")
 	}
-	s.Redis = append([]string(nil), c.Redis...)
+	s.Redis.Addrs = append([]string(nil), c.Redis.Addrs...)
 	s.Replies = make(map[string]Reply, len(c.Replies))
 	for p, r := range c.Replies {
 		switch r {

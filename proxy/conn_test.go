@@ -73,12 +73,12 @@ func TestBlockingClientLeaves(t *testing.T) {
 func TestShutdownEndsBlocked(t *testing.T) {
 	p := uniq(t)
 	ctx := context.Background()
-	hc, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds()})
+	hc, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hc.Close(ctx)
-	srv, err := proxy.New(ctx, proxy.Config{Counters: counters{hc, nil}, Redis: cluster.Seeds()})
+	srv, err := proxy.New(ctx, proxy.Config{Counters: hc, Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,15 +138,15 @@ func TestAuth(t *testing.T) {
 	if _, err := testenv.Do(ctx, n.Addr, "CONFIG", "SET", "requirepass", "upstream-secret"); err != nil {
 		t.Fatal(err)
 	}
-	hc, err := hotcount.New(ctx, hotcount.Config{Redis: []string{n.Addr}, RedisPassword: "upstream-secret",
+	hc, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: []string{n.Addr}, Password: "upstream-secret"},
 		Namespaces: []hotcount.Namespace{{Prefix: "likes:"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hc.Close(ctx)
 	srv, err := proxy.New(ctx, proxy.Config{
-		Counters: counters{hc, []hotcount.Namespace{{Prefix: "likes:"}}},
-		Redis:    []string{n.Addr}, RedisPassword: "upstream-secret", Password: "client-secret",
+		Counters: hc,
+		Redis:    hotcount.RedisConfig{Addrs: []string{n.Addr}, Password: "upstream-secret"}, Password: "client-secret",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func TestExactReply(t *testing.T) {
 	ctx := context.Background()
 	ns := []hotcount.Namespace{{Prefix: p + "exact:", ReadCacheTTL: time.Nanosecond}, {Prefix: p + "est:", ReadCacheTTL: time.Hour}}
 	e := startProxy(t, ns, proxy.Config{Replies: map[string]proxy.Reply{p + "exact:": proxy.ReplyExact}})
-	other, err := hotcount.New(ctx, hotcount.Config{Redis: cluster.Seeds(), Namespaces: ns})
+	other, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Namespaces: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,13 +82,13 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	defer cl.Stop()
 	const interval = 50 * time.Millisecond
 	p := uniq(t)
-	ns := []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true, ReadCacheTTL: readCacheTTL}}
-	hc, err := hotcount.New(ctx, hotcount.Config{Redis: cl.Seeds(), Namespaces: ns, FlushInterval: interval, Timeout: 500 * time.Millisecond})
+	ns := []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true, ReadCacheTTL: readCacheTTL, FlushInterval: interval}}
+	hc, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cl.Seeds()}, Namespaces: ns, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hc.Close(context.Background())
-	srv, err := proxy.New(ctx, proxy.Config{Counters: counters{hc, ns}, Redis: cl.Seeds(), Timeout: time.Second})
+	srv, err := proxy.New(ctx, proxy.Config{Counters: hc, Redis: hotcount.RedisConfig{Addrs: cl.Seeds()}, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	l.halt()
 	<-sampDone
 	for {
-		if err := hc.Flush(ctx); err == nil && hc.BufferStats().Unflushed == 0 {
+		if err := hc.Flush(ctx); err == nil && hc.Stats().Buffer.Unflushed == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -157,7 +157,7 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The total as the cluster holds it, read afresh.
-	rd, err := hotcount.New(ctx, hotcount.Config{Redis: cl.Seeds(), NoReadCache: true})
+	rd, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cl.Seeds()}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 			}
 		}
 		sub, _ := hc.SubKeys(ctx, counterKey)
-		t.Logf("DEBUG proxy client subkeys %v; stats %+v", sub, hc.BufferStats())
+		t.Logf("DEBUG proxy client subkeys %v; stats %+v", sub, hc.Stats().Buffer)
 		t.Fatalf("lost %d, more than the %d acknowledged in the last %v before the kill", loss, window, time.Second+interval)
 	}
 	// Reads through the proxy work again too.

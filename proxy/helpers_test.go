@@ -14,23 +14,6 @@ import (
 	"github.com/hotcount/hotcount/proxy"
 )
 
-// counters is a hotcount Client plus the namespace lookup the proxy needs.
-type counters struct {
-	*hotcount.Client
-	ns []hotcount.Namespace
-}
-
-// Namespace returns the longest namespace whose prefix matches key.
-func (c counters) Namespace(key string) (hotcount.Namespace, bool) {
-	best, ok := hotcount.Namespace{}, false
-	for _, ns := range c.ns {
-		if strings.HasPrefix(key, ns.Prefix) && (!ok || len(ns.Prefix) > len(best.Prefix)) {
-			best, ok = ns, true
-		}
-	}
-	return best, ok
-}
-
 var keySeq atomic.Int64
 
 // uniq returns a prefix no other test uses.
@@ -58,13 +41,13 @@ func startProxyOn(t testing.TB, cl *testenv.Cluster, ns []hotcount.Namespace, cf
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hc, err := hotcount.New(ctx, hotcount.Config{Redis: cl.Seeds(), Namespaces: ns, FlushInterval: 50 * time.Millisecond})
+	hc, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cl.Seeds()}, Defaults: hotcount.Namespace{FlushInterval: 50 * time.Millisecond}, Namespaces: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Counters = counters{hc, ns}
-	if cfg.Redis == nil {
-		cfg.Redis = cl.Seeds()
+	cfg.Counters = hc
+	if cfg.Redis.Addrs == nil {
+		cfg.Redis.Addrs = cl.Seeds()
 	}
 	srv, err := proxy.New(ctx, cfg)
 	if err != nil {

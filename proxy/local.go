@@ -368,7 +368,7 @@ func (c *conn) infoCmd(args [][]byte) {
 	)
 	section("Replication", "role:master", "connected_slaves:0")
 	section("Cluster", "cluster_enabled:0")
-	bs := s.counters.BufferStats()
+	bs := s.counters.Stats().Buffer
 	section("Hotcount",
 		"counter_increments:"+strconv.FormatInt(s.stats.counterIncrs.Load(), 10),
 		"counter_reads:"+strconv.FormatInt(s.stats.counterReads.Load(), 10),

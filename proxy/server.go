@@ -102,9 +102,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 	}
 	opt := rueidis.ClientOption{
-		InitAddress:      st.Redis,
-		Username:         st.RedisUsername,
-		Password:         st.RedisPassword,
+		InitAddress:      st.Redis.Addrs,
+		TLSConfig:        st.Redis.TLS,
+		Username:         st.Redis.Username,
+		Password:         st.Redis.Password,
 		DisableCache:     true,
 		ClientSetInfo:    rueidis.DisableClientSetInfo,
 		DisableRetry:     true,
@@ -114,12 +115,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		MaxFlushDelay:    upstreamFlushDelay,
 	}
 	if s.up3, err = rueidis.NewClient(opt); err != nil {
-		return nil, fmt.Errorf("proxy: connecting to %s: %w", strings.Join(st.Redis, ","), err)
+		return nil, fmt.Errorf("proxy: connecting to %s: %w", strings.Join(st.Redis.Addrs, ","), err)
 	}
 	opt.AlwaysRESP2 = true
 	if s.up2, err = rueidis.NewClient(opt); err != nil {
 		s.up3.Close()
-		return nil, fmt.Errorf("proxy: connecting to %s (RESP2): %w", strings.Join(st.Redis, ","), err)
+		return nil, fmt.Errorf("proxy: connecting to %s (RESP2): %w", strings.Join(st.Redis.Addrs, ","), err)
 	}
 	s.cluster = s.up3.Mode() == rueidis.ClientModeCluster
 	lctx, cancel := context.WithTimeout(ctx, st.Timeout)

@@ -51,7 +51,7 @@ func TestClusterUpStatusDown(t *testing.T) {
 		}
 	}
 
-	code, out, errOut = clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--replicas", "0")
+	code, _, errOut = clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--replicas", "0")
 	if code != exitFailure || !strings.Contains(errOut, "already running") {
 		t.Errorf("second cluster up: exit %d, stderr %q; want 1 and 'already running'", code, errOut)
 	}
@@ -68,7 +68,7 @@ func TestClusterUpStatusDown(t *testing.T) {
 		t.Errorf("cluster status --json = %q (%v)", out, err)
 	}
 
-	code, out, errOut = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
+	code, _, errOut = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
 	if code != exitOK {
 		t.Fatalf("cluster down: exit %d, stderr %q", code, errOut)
 	}

@@ -17,19 +17,18 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/proxy"
-	"github.com/hotcount/hotcount/server/config"
 )
 
 // proxyFlags maps the proxy's flag names to the settings they set.
 var proxyFlags = map[string]string{
-	"resp-listen":   config.RESPListen,
-	"admin-listen":  config.AdminListen,
-	"resp-password": config.RESPPassword,
-	"redis":         config.Redis,
-	"postgres":      config.Postgres,
-	"data":          config.Data,
-	"mode":          config.Mode,
-	"config":        config.File,
+	"resp-listen":   setRESPListen,
+	"admin-listen":  setAdminListen,
+	"resp-password": setRESPPassword,
+	"redis":         setRedis,
+	"postgres":      setPostgres,
+	"data":          setData,
+	"mode":          setMode,
+	"config":        setFile,
 }
 
 // runProxy serves the Redis protocol: counter keys (those a namespace of
@@ -39,20 +38,20 @@ var proxyFlags = map[string]string{
 // which flushes every buffered delta.
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("proxy", stderr)
-	fs.String("resp-listen", config.DefaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
+	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
-	fs.String("admin-listen", config.DefaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
+	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
 	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
 	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
 	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
 	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
-	fs.String("mode", config.DefaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
+	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { set[proxyFlags[f.Name]] = f.Value.String() })
-	cfg, err := config.Load(set, os.LookupEnv)
+	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return usagef(stderr, "proxy: %s", proxyFlagNames(err.Error()))
 	}
@@ -74,29 +73,11 @@ func proxyFlagNames(msg string) string {
 	return msg
 }
 
-// proxyCounters is the Client with the namespace lookup the proxy asks
-// for: the longest namespace prefix of the configuration that matches.
-type proxyCounters struct {
-	*hotcount.Client
-	namespaces []hotcount.Namespace
-}
-
-// Namespace returns the longest matching namespace.
-func (p proxyCounters) Namespace(key string) (hotcount.Namespace, bool) {
-	best, ok := hotcount.Namespace{}, false
-	for _, ns := range p.namespaces {
-		if strings.HasPrefix(key, ns.Prefix) && (!ok || len(ns.Prefix) > len(best.Prefix)) {
-			best, ok = ns, true
-		}
-	}
-	return best, ok
-}
-
 // proxyClientConfig is the Client configuration of the proxy: serve's,
 // with a 1 ns read cache for namespaces that reply exact (every read is a
 // fresh one).
-func proxyClientConfig(cfg config.Config, db durable.Backend, stderr io.Writer) (hotcount.Config, map[string]proxy.Reply) {
-	hc := clientConfig(cfg, db, stderr)
+func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, map[string]proxy.Reply) {
+	hc := clientConfig(cfg, db)
 	replies := map[string]proxy.Reply{}
 	for i, ns := range cfg.Namespaces {
 		if ns.Reply == string(proxy.ReplyExact) {
@@ -110,20 +91,20 @@ func proxyClientConfig(cfg config.Config, db durable.Backend, stderr io.Writer) 
 // openProxyDurable opens a durable store only when one is named: a
 // PostgreSQL URL, or a data folder given explicitly (proxies beside many
 // app hosts share PostgreSQL, not a file each).
-func openProxyDurable(ctx context.Context, cfg config.Config) (durable.Backend, error) {
-	if cfg.Postgres == "" && cfg.Sources[config.Data] == "default" {
+func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) {
+	if cfg.Postgres == "" && cfg.Sources[setData] == "default" {
 		return nil, nil
 	}
 	return openDurable(ctx, cfg)
 }
 
 // serveProxy runs the proxy for a validated configuration.
-func serveProxy(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) int {
+func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	db, err := openProxyDurable(ctx, cfg)
 	if err != nil {
 		return failf(stderr, "proxy: durable store: %v", err)
 	}
-	hcfg, replies := proxyClientConfig(cfg, db, stderr)
+	hcfg, replies := proxyClientConfig(cfg, db)
 	hc, err := hotcount.New(ctx, hcfg)
 	if err != nil {
 		if db != nil {
@@ -142,8 +123,8 @@ func serveProxy(ctx context.Context, cfg config.Config, stdout, stderr io.Writer
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	srv, err := proxy.New(ctx, proxy.Config{
-		Counters: proxyCounters{hc, hcfg.Namespaces},
-		Redis:    cfg.Redis,
+		Counters: hc,
+		Redis:    hcfg.Redis,
 		Password: cfg.RESPPassword,
 		Replies:  replies,
 		Logger:   logger,

@@ -20,7 +20,6 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/internal/testenv"
-	"github.com/hotcount/hotcount/server/config"
 )
 
 func TestProxyUsage(t *testing.T) {
@@ -68,8 +67,8 @@ func startProxyBinary(t *testing.T, bin string, args ...string) *proxyProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"proxy", "--resp-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = os.Environ()
-	for _, n := range config.Names {
-		cmd.Env = append(cmd.Env, config.EnvName(n)+"=")
+	for _, n := range settingNames {
+		cmd.Env = append(cmd.Env, envName(n)+"=")
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -160,7 +159,7 @@ func clusterTotal(t *testing.T, seeds []string, key string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: seeds, NoReadCache: true})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: seeds}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,6 +130,9 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 				nd.cmds["incrby"]++
 			}
 			v, err := add(nd.ints[op.Key], op.Delta)
+			if err == nil && op.TokenKey != "" && (v > store.MaxValue || v < -store.MaxValue) {
+				err = fmt.Errorf("%w: %s would pass the sub-counter bound ±%d", store.ErrOverflow, op.Key, int64(store.MaxValue))
+			}
 			if err != nil {
 				out[i].Err = err
 				continue

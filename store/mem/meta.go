@@ -44,7 +44,39 @@ func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
 	return bytes.Clone(data), ok, nil
 }
 
-// CASMeta stores data as key's record if the stored record's "epoch"
+// GetMetas returns the metadata records of counters keys (nil: none).
+func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	// Records are kept in one table, but each lookup is counted as a
+	// round of the node that owns the record's key (a GET of
+	// keyspace.MetaKey in Redis), one per node.
+	mks := make([]string, len(keys))
+	for i, k := range keys {
+		mks[i] = keyspace.MetaKey(k)
+	}
+	for n, idx := range s.groups(mks) {
+		nd := s.nodes[n]
+		nd.rounds.Add(1)
+		nd.mu.Lock()
+		nd.cmds["get"] += int64(len(idx))
+		nd.mu.Unlock()
+	}
+	t := s.metaTable()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if data, ok := t.recs[k]; ok {
+			out[i] = bytes.Clone(data)
+		}
+	}
+	return out, nil
+}
+
+// CASMeta stores data (nil: deletes the record) as key's record if the
+// stored record's "epoch"
 // member equals epoch (0: there is no record).
 func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
 	if err := s.check(ctx); err != nil {
@@ -63,6 +95,10 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 	}
 	if cur != epoch {
 		return false, nil
+	}
+	if data == nil {
+		delete(t.recs, key)
+		return true, nil
 	}
 	t.recs[key] = bytes.Clone(data)
 	return true, nil

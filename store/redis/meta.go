@@ -22,8 +22,9 @@ import (
 // fold can stay interrupted before it is resumed.
 const FoldMarkerTTL = 7 * 24 * time.Hour
 
-// casMetaScript sets KEYS[1] to ARGV[2] if the record's leading
-// `{"epoch":N` has N equal to ARGV[1] ("0": no record). Returns 1 if set.
+// casMetaScript sets KEYS[1] to ARGV[2] (deletes it when ARGV[2] is empty)
+// if the record's leading `{"epoch":N` has N equal to ARGV[1] ("0": no
+// record). Returns 1 if set.
 const casMetaScript = `
 local cur = redis.call('GET', KEYS[1])
 local e = '0'
@@ -33,7 +34,11 @@ end
 if e ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
 return 1
 `
 
@@ -131,6 +136,36 @@ func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("GET %q: %w", mk, s.mapErr(err))
 	}
 	return data, true, nil
+}
+
+// GetMetas returns the metadata records of counters keys (nil: none), one
+// pipelined round per node.
+func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
+	mks := make([]string, len(keys))
+	for i, k := range keys {
+		mks[i] = keyspace.MetaKey(k)
+	}
+	res, err := s.run(ctx, batch{
+		n:        len(mks),
+		key:      func(i int) string { return mks[i] },
+		build:    func(b rueidis.Builder, i int, _ bool) rueidis.Completed { return b.Get().Key(mks[i]).Build() },
+		readonly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	for i, r := range res {
+		data, err := r.AsBytes()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("GET %q: %w", mks[i], s.mapErr(err))
+		}
+		out[i] = data
+	}
+	return out, nil
 }
 
 // CASMeta stores data as key's record if the stored record's "epoch"

@@ -16,8 +16,12 @@ import (
 // incrOnceScript applies KEYS[1] += ARGV[1] unless token KEYS[2] exists,
 // then sets the token with a TTL of ARGV[2] ms. It returns nil when the token
 // was used, the INCRBY error (with the token untouched) when INCRBY fails,
-// and otherwise the new value as the string Redis stores: a Lua number is a
-// double and cannot carry every int64, so no arithmetic happens in Lua.
+// an overflow error (with the increment taken back and the token
+// untouched) when the new value passes ±store.MaxValue, and otherwise the
+// new value as the string Redis stores: a Lua number is a double and cannot
+// carry every int64, so no arithmetic happens in Lua. The bound check
+// compares a double with 2^53 − 1, which a double holds exactly, and every
+// integer beyond it rounds to 2^53 or more: the comparison is exact.
 const incrOnceScript = `
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return false
@@ -25,6 +29,10 @@ end
 local r = redis.pcall('INCRBY', KEYS[1], ARGV[1])
 if type(r) == 'table' and r.err then
   return r
+end
+if r > 9007199254740991 or r < -9007199254740991 then
+  redis.call('DECRBY', KEYS[1], ARGV[1])
+  return redis.error_reply('ERR increment would overflow the sub-counter bound 2^53-1')
 end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return redis.call('GET', KEYS[1])

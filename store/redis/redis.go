@@ -45,6 +45,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -80,6 +81,8 @@ type Config struct {
 	Addrs []string
 	// Username and Password authenticate each connection (AUTH), when set.
 	Username, Password string
+	// TLS, when set, secures every connection.
+	TLS *tls.Config
 	// Timeout bounds each round (one pipelined batch to one node) and each
 	// topology query; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -173,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		InitAddress:       cfg.Addrs,
 		Username:          cfg.Username,
 		Password:          cfg.Password,
+		TLSConfig:         cfg.TLS,
 		Dialer:            netDialer(cfg.DialTimeout),
 		ConnWriteTimeout:  cfg.Timeout + cfg.DialTimeout,
 		DisableCache:      true,

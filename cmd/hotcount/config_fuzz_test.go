@@ -1,4 +1,4 @@
-package config
+package main
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzLoad feeds arbitrary YAML files and flag values to Load: it never
-// panics, every failure wraps ErrInvalid, and every accepted configuration
+// panics, every failure wraps errInvalidConfig, and every accepted configuration
 // is valid and has its defaults filled in.
 func FuzzLoad(f *testing.F) {
 	for _, seed := range []struct{ yaml, mode, listen string }{
@@ -26,17 +26,17 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(path, []byte(yamlText), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		flags := map[string]string{File: path}
+		flags := map[string]string{setFile: path}
 		if mode != "" {
-			flags[Mode] = mode
+			flags[setMode] = mode
 		}
 		if listen != "" {
-			flags[Listen] = listen
+			flags[setListen] = listen
 		}
-		cfg, err := Load(flags, func(string) (string, bool) { return "", false })
+		cfg, err := loadConfig(flags, func(string) (string, bool) { return "", false })
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			if !errors.Is(err, errInvalidConfig) {
+				t.Fatalf("error %v does not wrap errInvalidConfig", err)
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-package hotcount
+package engine
 
 import (
 	"math"

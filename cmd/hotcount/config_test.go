@@ -1,4 +1,4 @@
-package config
+package main
 
 import (
 	"errors"
@@ -23,11 +23,11 @@ func writeFile(t *testing.T, body string) string {
 }
 
 func TestDefaults(t *testing.T) {
-	c, err := Load(nil, env(nil))
+	c, err := loadConfig(nil, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != DefaultListen || c.Data != DefaultData || c.Mode != DefaultMode || c.Postgres != "" || len(c.Redis) != 0 || c.Token != "" {
+	if c.Listen != defaultListen || c.Data != defaultData || c.Mode != defaultMode || c.Postgres != "" || len(c.Redis) != 0 || c.Token != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if !c.Loopback() {
@@ -48,24 +48,24 @@ namespaces:
   - {prefix: "views:", mode: fast}
 `)
 	e := env(map[string]string{"HOTCOUNT_CONFIG": file, "HOTCOUNT_LISTEN": "127.0.0.1:7002", "HOTCOUNT_TOKEN": "from-env"})
-	c, err := Load(map[string]string{"listen": "127.0.0.1:7003"}, e)
+	c, err := loadConfig(map[string]string{"listen": "127.0.0.1:7003"}, e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "127.0.0.1:7003" || c.Sources[Listen] != "flag --listen" {
-		t.Errorf("listen %q from %q", c.Listen, c.Sources[Listen])
+	if c.Listen != "127.0.0.1:7003" || c.Sources[setListen] != "flag --listen" {
+		t.Errorf("listen %q from %q", c.Listen, c.Sources[setListen])
 	}
-	if c.Token != "from-env" || c.Sources[Token] != "env HOTCOUNT_TOKEN" {
-		t.Errorf("token %q from %q", c.Token, c.Sources[Token])
+	if c.Token != "from-env" || c.Sources[setToken] != "env HOTCOUNT_TOKEN" {
+		t.Errorf("token %q from %q", c.Token, c.Sources[setToken])
 	}
-	if c.Mode != "durable" || !strings.HasPrefix(c.Sources[Mode], "file ") {
-		t.Errorf("mode %q from %q", c.Mode, c.Sources[Mode])
+	if c.Mode != "durable" || !strings.HasPrefix(c.Sources[setMode], "file ") {
+		t.Errorf("mode %q from %q", c.Mode, c.Sources[setMode])
 	}
 	if len(c.Redis) != 2 || c.Redis[1] != "10.0.0.2:7000" {
 		t.Errorf("redis %v", c.Redis)
 	}
-	if c.Data != DefaultData || c.Sources[Data] != "default" {
-		t.Errorf("data %q from %q", c.Data, c.Sources[Data])
+	if c.Data != defaultData || c.Sources[setData] != "default" {
+		t.Errorf("data %q from %q", c.Data, c.Sources[setData])
 	}
 	ns := c.Namespaces[0]
 	if len(c.Namespaces) != 3 || ns.N != 16 || ns.Buffered == nil || !*ns.Buffered || ns.FlushInterval != 250*time.Millisecond || ns.ReadCacheTTL != 2*time.Second {
@@ -78,7 +78,7 @@ namespaces:
 	}
 	// The flag names the file too, and beats the environment's.
 	other := writeFile(t, "mode: fast\n")
-	c, err = Load(map[string]string{"config": other}, e)
+	c, err = loadConfig(map[string]string{"config": other}, e)
 	if err != nil || c.Mode != "fast" || c.Listen != "127.0.0.1:7002" {
 		t.Fatalf("--config: %+v %v", c, err)
 	}
@@ -104,7 +104,7 @@ func TestInvalid(t *testing.T) {
 		{"unknown namespace field", nil, nil, "namespaces:\n  - {prefix: a, size: 3}\n", "size"},
 		{"namespace without prefix", nil, nil, "namespaces:\n  - {n: 3}\n", "prefix is required"},
 		{"duplicate prefix", nil, nil, "namespaces:\n  - {prefix: a}\n  - {prefix: a}\n", "twice"},
-		{"namespace n", nil, nil, "namespaces:\n  - {prefix: a, n: 5000}\n", "n must be"},
+		{"namespace n", nil, nil, "namespaces:\n  - {prefix: a, n: 5000}\n", "N must be"},
 		{"namespace mode", nil, nil, "namespaces:\n  - {prefix: a, mode: slow}\n", "mode must be"},
 		{"bad duration", nil, nil, "namespaces:\n  - {prefix: a, flush_interval: soon}\n", "soon"},
 		{"negative duration", nil, nil, "namespaces:\n  - {prefix: a, read_cache_ttl: -1s}\n", "negative"},
@@ -121,16 +121,16 @@ func TestInvalid(t *testing.T) {
 			if tc.file != "" {
 				flags["config"] = writeFile(t, tc.file)
 			}
-			_, err := Load(flags, env(tc.env))
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
+			_, err := loadConfig(flags, env(tc.env))
+			if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want errInvalidConfig mentioning %q", err, tc.want)
 			}
 		})
 	}
 }
 
 func TestEmptyFileAndLoopback(t *testing.T) {
-	c, err := Load(map[string]string{"config": writeFile(t, ""), "listen": "0.0.0.0:0"}, env(nil))
+	c, err := loadConfig(map[string]string{"config": writeFile(t, ""), "listen": "0.0.0.0:0"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +146,11 @@ func TestEmptyFileAndLoopback(t *testing.T) {
 // TestProxyKeys: the proxy's own settings, from every source, and the
 // per-namespace reply.
 func TestProxyKeys(t *testing.T) {
-	c, err := Load(nil, env(nil))
+	c, err := loadConfig(nil, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RESPListen != DefaultRESPListen || c.AdminListen != DefaultAdminListen || c.RESPPassword != "" {
+	if c.RESPListen != defaultRESPListen || c.AdminListen != defaultAdminListen || c.RESPPassword != "" {
 		t.Fatalf("defaults: %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
 	}
 	file := writeFile(t, `
@@ -161,14 +161,14 @@ namespaces:
   - {prefix: "likes:", buffered: true, reply: exact}
   - {prefix: "views:", reply: estimate}
 `)
-	c, err = Load(map[string]string{File: file, RESPListen: "127.0.0.1:6391"}, env(map[string]string{"HOTCOUNT_RESP_PASSWORD": "from-env"}))
+	c, err = loadConfig(map[string]string{setFile: file, setRESPListen: "127.0.0.1:6391"}, env(map[string]string{"HOTCOUNT_RESP_PASSWORD": "from-env"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.RESPListen != "127.0.0.1:6391" || c.AdminListen != "off" || c.RESPPassword != "from-env" {
 		t.Fatalf("got %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
 	}
-	if c.Sources[AdminListen] != "file "+file || c.Listen != DefaultListen {
+	if c.Sources[setAdminListen] != "file "+file || c.Listen != defaultListen {
 		t.Fatalf("sources %v, listen %q", c.Sources, c.Listen)
 	}
 	if c.Namespaces[0].Reply != "exact" || c.Namespaces[1].Reply != "estimate" {
@@ -178,17 +178,17 @@ namespaces:
 		flags      map[string]string
 		body, want string
 	}{
-		{map[string]string{RESPListen: "nowhere"}, "", "resp_listen"},
-		{map[string]string{AdminListen: "on"}, "", "admin_listen"},
+		{map[string]string{setRESPListen: "nowhere"}, "", "resp_listen"},
+		{map[string]string{setAdminListen: "on"}, "", "admin_listen"},
 		{nil, "namespaces: [{prefix: a, reply: fresh}]", "reply must be estimate or exact"},
 		{nil, "namespaces: [{prefix: a, reply: exact, read_cache_ttl: 1s}]", "read_cache_ttl does not apply"},
 	} {
 		flags := bad.flags
 		if bad.body != "" {
-			flags = map[string]string{File: writeFile(t, bad.body)}
+			flags = map[string]string{setFile: writeFile(t, bad.body)}
 		}
-		_, err := Load(flags, env(nil))
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+		_, err := loadConfig(flags, env(nil))
+		if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v %q: error %v, want one naming %q", bad.flags, bad.body, err, bad.want)
 		}
 	}

@@ -7,9 +7,9 @@
 // The file itself is named by --config or HOTCOUNT_CONFIG. The YAML is
 // decoded strictly (an unknown field is an error) and may also list
 // per-prefix namespaces, which only the file can set. After merging, the
-// result is validated as a whole; every error wraps ErrInvalid and names
+// result is validated as a whole; every error wraps errInvalidConfig and names
 // the setting and the source it came from.
-package config
+package main
 
 import (
 	"errors"
@@ -22,16 +22,16 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable"
+	"go.yaml.in/yaml/v3"
 )
 
-// AutoN configures automatic N: grow the sub-counters of a key whose
+// autoNConfig configures automatic N: grow the sub-counters of a key whose
 // cluster-wide write rate per sub-counter passes Budget, fold back after it
 // stays cool for Hysteresis. Zero fields mean the library's defaults
 // (10,000 writes/s, at most 64, 30 s).
-type AutoN struct {
+type autoNConfig struct {
 	Budget     float64       `yaml:"budget"`
 	MaxN       int           `yaml:"max_n"`
 	Hysteresis time.Duration `yaml:"hysteresis"`
@@ -39,63 +39,64 @@ type AutoN struct {
 
 // Defaults.
 const (
-	// DefaultListen is the address served when none is given: loopback only.
-	DefaultListen = "127.0.0.1:7070"
-	// DefaultData is the durability folder of the embedded default.
-	DefaultData = "./hotcount-data"
-	// DefaultMode is the durability mode of keys no namespace names.
-	DefaultMode = "fast"
-	// DefaultRESPListen is where `hotcount proxy` serves the Redis
+	// defaultListen is the address served when none is given: loopback only.
+	defaultListen = "127.0.0.1:7070"
+	// defaultData is the durability folder of the embedded default.
+	defaultData = "./hotcount-data"
+	// defaultMode is the durability mode of keys no namespace names.
+	defaultMode = "fast"
+	// defaultRESPListen is where `hotcount proxy` serves the Redis
 	// protocol: loopback only.
-	DefaultRESPListen = "127.0.0.1:6380"
-	// DefaultAdminListen is the HTTP admin port of `hotcount proxy`
+	defaultRESPListen = "127.0.0.1:6380"
+	// defaultAdminListen is the HTTP admin port of `hotcount proxy`
 	// (/metrics, /healthz, /readyz); "off" turns it off.
-	DefaultAdminListen = "127.0.0.1:7071"
+	defaultAdminListen = "127.0.0.1:7071"
 )
 
-// ErrInvalid is wrapped by every configuration error.
-var ErrInvalid = errors.New("hotcount: invalid configuration")
+// errInvalidConfig is wrapped by every configuration error.
+var errInvalidConfig = errors.New("hotcount: invalid configuration")
 
 // Setting names shared by flags (--NAME), environment (HOTCOUNT_NAME) and
 // the YAML file (NAME).
 const (
-	Listen   = "listen"
-	Redis    = "redis"
-	Postgres = "postgres"
-	Data     = "data"
-	Mode     = "mode"
-	Token    = "token"
-	File     = "config"
+	setListen   = "listen"
+	setRedis    = "redis"
+	setPostgres = "postgres"
+	setData     = "data"
+	setMode     = "mode"
+	setToken    = "token"
+	setFile     = "config"
 	// The settings of `hotcount proxy`.
-	RESPListen   = "resp_listen"
-	AdminListen  = "admin_listen"
-	RESPPassword = "resp_password"
+	setRESPListen   = "resp_listen"
+	setAdminListen  = "admin_listen"
+	setRESPPassword = "resp_password"
 )
 
-// Names lists the settings that flags and environment variables may set.
-var Names = []string{Listen, Redis, Postgres, Data, Mode, Token, File, RESPListen, AdminListen, RESPPassword}
+// settingNames lists the settings that flags and environment variables may set.
+var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setFile,
+	setRESPListen, setAdminListen, setRESPPassword}
 
-// Config is the merged configuration of `hotcount serve`.
-type Config struct {
-	// Listen is the host:port to serve on; port 0 picks a free port.
+// serveConfig is the merged configuration of `hotcount serve`.
+type serveConfig struct {
+	// setListen is the host:port to serve on; port 0 picks a free port.
 	Listen string `yaml:"listen"`
-	// Redis lists Redis seed addresses; empty means the embedded store.
+	// setRedis lists setRedis seed addresses; empty means the embedded store.
 	Redis []string `yaml:"redis"`
-	// Postgres is the URL of the PostgreSQL durable store; empty means the
-	// SQLite file in Data.
+	// setPostgres is the URL of the PostgreSQL durable store; empty means the
+	// SQLite file in setData.
 	Postgres string `yaml:"postgres"`
-	// Data is the folder of the SQLite durable store (when Postgres is
+	// setData is the folder of the SQLite durable store (when setPostgres is
 	// empty).
 	Data string `yaml:"data"`
-	// Mode is the durability mode of keys no namespace names: fast or
+	// setMode is the durability mode of keys no namespace names: fast or
 	// durable.
 	Mode string `yaml:"mode"`
-	// Token, when set, is the bearer token the write endpoints require.
+	// setToken, when set, is the bearer token the write endpoints require.
 	Token string `yaml:"token"`
 	// Namespaces override settings per key prefix (longest prefix wins).
-	Namespaces []Namespace `yaml:"namespaces"`
-	// AutoN, when present, turns automatic N on (file only).
-	AutoN *AutoN `yaml:"auto_n"`
+	Namespaces []nsConfig `yaml:"namespaces"`
+	// autoNConfig, when present, turns automatic N on (file only).
+	AutoN *autoNConfig `yaml:"auto_n"`
 	// RESPListen is the host:port `hotcount proxy` serves Redis clients on.
 	RESPListen string `yaml:"resp_listen"`
 	// AdminListen is the host:port of the proxy's HTTP admin port, or
@@ -110,11 +111,11 @@ type Config struct {
 	Sources map[string]string `yaml:"-"`
 }
 
-// Namespace holds the settings of keys that start with Prefix.
-type Namespace struct {
+// nsConfig holds the settings of keys that start with Prefix.
+type nsConfig struct {
 	// Prefix selects keys; non-empty and unique.
 	Prefix string `yaml:"prefix"`
-	// Mode is fast or durable; empty means the Config's Mode.
+	// setMode is fast or durable; empty means the serveConfig's setMode.
 	Mode string `yaml:"mode"`
 	// N is the number of sub-counters; 0 means the library default.
 	N int `yaml:"n"`
@@ -127,84 +128,97 @@ type Namespace struct {
 	// ReadCacheTTL is how long a summed read is cached ("1s"); 0 means the
 	// library default.
 	ReadCacheTTL time.Duration `yaml:"read_cache_ttl"`
+	// ColdStart false gives every counter n sub-counters from its first
+	// write; nil or true start counters cold (one key) until they are hot.
+	ColdStart *bool `yaml:"cold_start"`
+	// HotRate is the cache writes/s past which a cold counter grows to n;
+	// 0 means the library default.
+	HotRate float64 `yaml:"hot_rate"`
 	// Reply is what `hotcount proxy` answers to INCR on the namespace's
 	// keys: "estimate" (the default) or "exact" (a fresh summed read).
 	Reply string `yaml:"reply"`
 }
 
-// Load merges defaults, the YAML file, the environment and flags. flags
+// namespace returns the library's settings of the namespace.
+func (n nsConfig) namespace() hotcount.Namespace {
+	return hotcount.Namespace{Prefix: n.Prefix, N: n.N, Mode: hotcount.Mode(n.Mode), Buffered: n.Buffered != nil && *n.Buffered,
+		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL,
+		NoColdStart: n.ColdStart != nil && !*n.ColdStart, HotRate: n.HotRate}
+}
+
+// loadConfig merges defaults, the YAML file, the environment and flags. flags
 // holds the flags that were set on the command line (name → value, names
-// from Names); lookupEnv is os.LookupEnv or a fake.
-func Load(flags map[string]string, lookupEnv func(string) (string, bool)) (Config, error) {
+// from settingNames); lookupEnv is os.LookupEnv or a fake.
+func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) (serveConfig, error) {
 	for name := range flags {
 		if !known(name) {
-			return Config{}, fmt.Errorf("%w: unknown setting %q", ErrInvalid, name)
+			return serveConfig{}, fmt.Errorf("%w: unknown setting %q", errInvalidConfig, name)
 		}
 	}
 	get := func(name string) (string, string, bool) {
 		if v, ok := flags[name]; ok {
 			return v, "flag --" + name, true
 		}
-		if v, ok := lookupEnv(EnvName(name)); ok && v != "" {
-			return v, "env " + EnvName(name), true
+		if v, ok := lookupEnv(envName(name)); ok && v != "" {
+			return v, "env " + envName(name), true
 		}
 		return "", "", false
 	}
-	var cfg Config
+	var cfg serveConfig
 	cfg.Sources = map[string]string{}
-	if path, src, ok := get(File); ok {
+	if path, src, ok := get(setFile); ok {
 		if err := readFile(path, &cfg); err != nil {
-			return Config{}, fmt.Errorf("%w: %s (from %s): %v", ErrInvalid, path, src, err)
+			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %v", errInvalidConfig, path, src, err)
 		}
 		fileSrc := "file " + path
-		for name, set := range map[string]bool{Listen: cfg.Listen != "", Redis: len(cfg.Redis) > 0,
-			Postgres: cfg.Postgres != "", Data: cfg.Data != "", Mode: cfg.Mode != "", Token: cfg.Token != "",
-			RESPListen: cfg.RESPListen != "", AdminListen: cfg.AdminListen != "", RESPPassword: cfg.RESPPassword != ""} {
+		for name, set := range map[string]bool{setListen: cfg.Listen != "", setRedis: len(cfg.Redis) > 0,
+			setPostgres: cfg.Postgres != "", setData: cfg.Data != "", setMode: cfg.Mode != "", setToken: cfg.Token != "",
+			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != ""} {
 			if set {
 				cfg.Sources[name] = fileSrc
 			}
 		}
-		cfg.Sources[File] = src
+		cfg.Sources[setFile] = src
 	}
-	for _, name := range Names {
+	for _, name := range settingNames {
 		v, src, ok := get(name)
-		if !ok || name == File {
+		if !ok || name == setFile {
 			continue
 		}
 		cfg.Sources[name] = src
 		switch name {
-		case Listen:
+		case setListen:
 			cfg.Listen = v
-		case Redis:
-			cfg.Redis = SplitList(v)
-		case Postgres:
+		case setRedis:
+			cfg.Redis = splitAddrs(v)
+		case setPostgres:
 			cfg.Postgres = v
-		case Data:
+		case setData:
 			cfg.Data = v
-		case Mode:
+		case setMode:
 			cfg.Mode = v
-		case Token:
+		case setToken:
 			cfg.Token = v
-		case RESPListen:
+		case setRESPListen:
 			cfg.RESPListen = v
-		case AdminListen:
+		case setAdminListen:
 			cfg.AdminListen = v
-		case RESPPassword:
+		case setRESPPassword:
 			cfg.RESPPassword = v
 		}
 	}
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return serveConfig{}, err
 	}
 	return cfg, nil
 }
 
-// EnvName returns the environment variable of a setting: HOTCOUNT_NAME.
-func EnvName(name string) string { return "HOTCOUNT_" + strings.ToUpper(name) }
+// envName returns the environment variable of a setting: HOTCOUNT_NAME.
+func envName(name string) string { return "HOTCOUNT_" + strings.ToUpper(name) }
 
 func known(name string) bool {
-	for _, n := range Names {
+	for _, n := range settingNames {
 		if n == name {
 			return true
 		}
@@ -213,7 +227,7 @@ func known(name string) bool {
 }
 
 // readFile decodes the YAML file at path into cfg, strictly.
-func readFile(path string, cfg *Config) error {
+func readFile(path string, cfg *serveConfig) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -234,92 +248,83 @@ func readFile(path string, cfg *Config) error {
 	return nil
 }
 
-func (c *Config) applyDefaults() {
+func (c *serveConfig) applyDefaults() {
 	def := func(name string, field *string, v string) {
 		if *field == "" {
 			*field = v
 			c.Sources[name] = "default"
 		}
 	}
-	def(Listen, &c.Listen, DefaultListen)
-	def(Mode, &c.Mode, DefaultMode)
-	def(RESPListen, &c.RESPListen, DefaultRESPListen)
-	def(AdminListen, &c.AdminListen, DefaultAdminListen)
+	def(setListen, &c.Listen, defaultListen)
+	def(setMode, &c.Mode, defaultMode)
+	def(setRESPListen, &c.RESPListen, defaultRESPListen)
+	def(setAdminListen, &c.AdminListen, defaultAdminListen)
 	if c.Postgres == "" {
-		def(Data, &c.Data, DefaultData)
+		def(setData, &c.Data, defaultData)
 	}
 }
 
-// Validate checks a merged Config.
-func (c *Config) Validate() error {
-	if a := c.AutoN; a != nil && (a.Budget < 0 || a.MaxN < 0 || a.MaxN > hotcount.MaxN || a.Hysteresis < 0) {
-		return fmt.Errorf("%w: auto_n: budget and hysteresis must not be negative, max_n must be 0..%d", ErrInvalid, hotcount.MaxN)
-	}
+// Validate checks a merged serveConfig.
+func (c *serveConfig) Validate() error {
 	bad := func(name, format string, args ...any) error {
 		where := ""
 		if src := c.Sources[name]; src != "" {
 			where = " (from " + src + ")"
 		}
-		return fmt.Errorf("%w: %s%s: %s", ErrInvalid, name, where, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s%s: %s", errInvalidConfig, name, where, fmt.Sprintf(format, args...))
 	}
 	if err := checkHostPort(c.Listen); err != nil {
-		return bad(Listen, "%v", err)
+		return bad(setListen, "%v", err)
 	}
 	if err := checkHostPort(c.RESPListen); err != nil {
-		return bad(RESPListen, "%v", err)
+		return bad(setRESPListen, "%v", err)
 	}
 	if c.AdminListen != "off" {
 		if err := checkHostPort(c.AdminListen); err != nil {
-			return bad(AdminListen, "%v (or off)", err)
+			return bad(setAdminListen, "%v (or off)", err)
 		}
 	}
 	if strings.ContainsAny(c.RESPPassword, "\r\n") {
-		return bad(RESPPassword, "must not contain line breaks")
+		return bad(setRESPPassword, "must not contain line breaks")
 	}
 	for _, a := range c.Redis {
 		if err := checkHostPort(a); err != nil {
-			return bad(Redis, "%v", err)
+			return bad(setRedis, "%v", err)
 		}
 	}
 	if c.Postgres != "" {
 		if c.Data != "" {
-			return fmt.Errorf("%w: postgres (from %s) and data (from %s) exclude each other", ErrInvalid, c.Sources[Postgres], c.Sources[Data])
+			return fmt.Errorf("%w: postgres (from %s) and data (from %s) exclude each other", errInvalidConfig, c.Sources[setPostgres], c.Sources[setData])
 		}
 		u, err := url.Parse(c.Postgres)
 		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-			return bad(Postgres, "want a URL like postgres://user@host:5432/db")
+			return bad(setPostgres, "want a URL like postgres://user@host:5432/db")
 		}
 	}
 	if !validMode(c.Mode) || c.Mode == "" {
-		return bad(Mode, "must be fast or durable, got %q", c.Mode)
+		return bad(setMode, "must be fast or durable, got %q", c.Mode)
 	}
 	if c.Token != "" && strings.IndexFunc(c.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return bad(Token, "must not contain spaces or control characters")
+		return bad(setToken, "must not contain spaces or control characters")
 	}
-	seen := map[string]bool{}
 	for i, ns := range c.Namespaces {
 		nsBad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", ErrInvalid, i, ns.Prefix, c.Sources[File], fmt.Sprintf(format, args...))
+			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", errInvalidConfig, i, ns.Prefix, c.Sources[setFile], fmt.Sprintf(format, args...))
 		}
 		switch {
 		case ns.Prefix == "":
-			return nsBad("prefix is required")
-		case seen[ns.Prefix]:
-			return nsBad("prefix appears twice")
-		case !validMode(ns.Mode):
-			return nsBad("mode must be fast or durable, got %q", ns.Mode)
-		case ns.N < 0 || ns.N > hotcount.MaxN:
-			return nsBad("n must be 0..%d, got %d", hotcount.MaxN, ns.N)
-		case ns.FlushInterval < 0:
-			return nsBad("flush_interval must not be negative")
-		case ns.ReadCacheTTL < 0:
-			return nsBad("read_cache_ttl must not be negative")
+			return fmt.Errorf("%w: namespaces[%d] (from %s): prefix is required", errInvalidConfig, i, c.Sources[setFile])
 		case ns.Reply != "" && ns.Reply != "estimate" && ns.Reply != "exact":
 			return nsBad("reply must be estimate or exact, got %q", ns.Reply)
 		case ns.Reply == "exact" && ns.ReadCacheTTL != 0:
 			return nsBad("reply: exact reads afresh on every INCR and GET; read_cache_ttl does not apply")
 		}
-		seen[ns.Prefix] = true
+	}
+	// The namespaces and automatic N are the library's settings: the
+	// library validates them. serve always opens a durable store (SQLite
+	// or PostgreSQL), so durable mode is allowed.
+	if err := clientConfig(*c, plannedStore{}).Validate(); err != nil {
+		return fmt.Errorf("%w: namespaces or auto_n (from %s): %w", errInvalidConfig, c.Sources[setFile], err)
 	}
 	return nil
 }
@@ -342,20 +347,9 @@ func checkHostPort(a string) error {
 	return nil
 }
 
-// SplitList splits a comma-separated list, dropping blanks.
-func SplitList(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // ModeOf returns the durability mode of key: the longest matching
 // namespace's mode, else c.Mode.
-func (c *Config) ModeOf(key string) string {
+func (c *serveConfig) ModeOf(key string) string {
 	best, mode := -1, c.Mode
 	for _, ns := range c.Namespaces {
 		if strings.HasPrefix(key, ns.Prefix) && len(ns.Prefix) > best {
@@ -369,7 +363,7 @@ func (c *Config) ModeOf(key string) string {
 }
 
 // Loopback reports whether c.Listen binds to a loopback address only.
-func (c *Config) Loopback() bool {
+func (c *serveConfig) Loopback() bool {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		return false
@@ -380,3 +374,7 @@ func (c *Config) Loopback() bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// plannedStore stands for the durable store serve opens after the
+// configuration is validated; it is never called.
+type plannedStore struct{ durable.Backend }

@@ -1,4 +1,4 @@
-package hotcount
+package durability
 
 import (
 	"context"
@@ -16,17 +16,17 @@ import (
 // The loss estimate assumes the node was lost one interval after it was
 // last seen intact (lastOK), or at detection if that is sooner.
 func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node string, inc int64, lastOK time.Time) (*Restore, error) {
-	c := ck.d.c
-	lctx, cancel := context.WithTimeout(ctx, commitTimeout(c.cfg.Timeout))
+	d := ck.d
+	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	cps, err := ck.d.be.ListCheckpoints(lctx, "{")
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", node, err)
 	}
-	now := c.now()
+	now := d.cfg.Clock.Now()
 	lostAt := now
-	if !lastOK.IsZero() && lastOK.Add(c.cfg.CheckpointInterval).Before(now) {
-		lostAt = lastOK.Add(c.cfg.CheckpointInterval)
+	if !lastOK.IsZero() && lastOK.Add(d.cfg.CheckpointInterval).Before(now) {
+		lostAt = lastOK.Add(d.cfg.CheckpointInterval)
 	}
 	r := &Restore{Node: node, Incarnation: inc, At: now}
 	tok := strconv.FormatInt(inc, 10)
@@ -37,9 +37,9 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		if len(ops) == 0 {
 			return nil
 		}
-		ictx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		ictx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 		defer cancel()
-		res, err := c.st.IncrMulti(ictx, ops)
+		res, err := d.eng.Store().IncrMulti(ictx, ops)
 		if err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 			continue
 		}
 		age := max(now.Sub(cp.At), 0)
-		if s, ok := ck.saved[cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
+		if s, ok := ck.saved[key][cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
 			loss += s.rate * lostAt.Sub(cp.At).Seconds()
 		}
 		ops = append(ops, store.IncrOp{Key: cp.Key, Delta: cp.Total,
@@ -78,9 +78,11 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		return nil, fmt.Errorf("restore %s: %w", node, err)
 	}
 	r.EstimatedLoss = int64(loss)
-	for k := range ck.saved { // the node's values changed under us
-		if topo.NodeOf(k) == node {
-			delete(ck.saved, k)
+	for _, subs := range ck.saved { // the node's values changed under us
+		for sub := range subs {
+			if topo.NodeOf(sub) == node {
+				delete(subs, sub)
+			}
 		}
 	}
 	ck.nrestores.Add(1)

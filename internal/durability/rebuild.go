@@ -1,9 +1,10 @@
-package hotcount
+package durability
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/hotcount/hotcount/internal/ns"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -20,7 +21,7 @@ type RebuildReport struct {
 	Corrected int
 	Delta     int64
 	// Skipped counts counters found in the log whose key is not in durable
-	// mode in this Client's Config (left alone).
+	// mode in this configuration (left alone).
 	Skipped int
 	// Restores lists the cache nodes found to have lost their data, whose
 	// fast-mode counters were restored from checkpoints.
@@ -47,49 +48,41 @@ type RebuildReport struct {
 // is subtracted. Either error is at most the increments in flight, and a
 // second Rebuild with writers paused makes the view exact. This process's
 // own buffered deltas are flushed first.
-func (c *Client) Rebuild(ctx context.Context, prefix string) (RebuildReport, error) {
+func (d *Service) Rebuild(ctx context.Context, prefix string) (RebuildReport, error) {
 	var rep RebuildReport
-	if err := c.rebuildStart(ctx, &rep); err != nil {
+	if err := d.rebuildStart(ctx, &rep); err != nil {
 		return rep, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, commitTimeout(c.cfg.Timeout))
-	keys, err := c.dur.be.Keys(lctx, prefix)
+	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	keys, err := d.be.Keys(lctx, prefix)
 	cancel()
 	if err != nil {
 		return rep, fmt.Errorf("rebuild: %w", err)
 	}
-	return rep, c.rebuildKeys(ctx, keys, &rep)
+	return rep, d.rebuildKeys(ctx, keys, &rep)
 }
 
 // RebuildKeys is Rebuild for the named durable-mode counters only (the
 // fast-mode check of every node is the same).
-func (c *Client) RebuildKeys(ctx context.Context, keys ...string) (RebuildReport, error) {
+func (d *Service) RebuildKeys(ctx context.Context, keys ...string) (RebuildReport, error) {
 	var rep RebuildReport
 	for _, k := range keys {
 		if err := keyspace.Validate(k); err != nil {
 			return rep, err
 		}
 	}
-	if err := c.rebuildStart(ctx, &rep); err != nil {
+	if err := d.rebuildStart(ctx, &rep); err != nil {
 		return rep, err
 	}
-	return rep, c.rebuildKeys(ctx, keys, &rep)
+	return rep, d.rebuildKeys(ctx, keys, &rep)
 }
 
 // rebuildStart flushes this process's deltas and repairs lost nodes.
-func (c *Client) rebuildStart(ctx context.Context, rep *RebuildReport) error {
-	if c.closed.Load() {
-		return ErrClosed
+func (d *Service) rebuildStart(ctx context.Context, rep *RebuildReport) error {
+	if err := d.eng.Flush(ctx); err != nil {
+		return fmt.Errorf("rebuild: %w", err)
 	}
-	if c.dur == nil {
-		return fmt.Errorf("rebuild: %w: no durable store (Config.Durable)", ErrConfig)
-	}
-	if c.buf != nil {
-		if err := c.buf.Flush(ctx); err != nil {
-			return fmt.Errorf("rebuild: %w", err)
-		}
-	}
-	cr, err := c.dur.ck.round(ctx)
+	cr, err := d.ck.round(ctx)
 	rep.Restores = cr.Restores
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
@@ -98,75 +91,60 @@ func (c *Client) rebuildStart(ctx context.Context, rep *RebuildReport) error {
 }
 
 // rebuildKeys corrects the view of keys, rebuildChunk at a time.
-func (c *Client) rebuildKeys(ctx context.Context, keys []string, rep *RebuildReport) error {
+func (d *Service) rebuildKeys(ctx context.Context, keys []string, rep *RebuildReport) error {
 	var durableKeys []string
 	for _, k := range keys {
-		if keyspace.Validate(k) != nil || c.cfg.namespace(k).Mode != ModeDurable {
+		if keyspace.Validate(k) != nil || d.ns.Lookup(k).Mode != ns.ModeDurable {
 			rep.Skipped++
 			continue
 		}
 		durableKeys = append(durableKeys, k)
 	}
-	token := newID()
+	token := NewID()
 	for start := 0; start < len(durableKeys); start += rebuildChunk {
-		if err := c.rebuildChunk(ctx, durableKeys[start:min(start+rebuildChunk, len(durableKeys))], token, rep); err != nil {
+		if err := d.rebuildChunk(ctx, durableKeys[start:min(start+rebuildChunk, len(durableKeys))], token, rep); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (c *Client) rebuildChunk(ctx context.Context, keys []string, token string, rep *RebuildReport) error {
-	ectx, cancel := context.WithTimeout(ctx, commitTimeout(c.cfg.Timeout))
-	exact, err := c.dur.be.ExactMulti(ectx, keys)
+func (d *Service) rebuildChunk(ctx context.Context, keys []string, token string, rep *RebuildReport) error {
+	ectx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	exact, err := d.be.ExactMulti(ectx, keys)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
-	var subs []string
-	spans := make([]int, len(keys)+1)
-	first := make([]string, len(keys)) // an active label per key
-	for i, k := range keys {
-		write, read, err := c.Labels(ctx, k)
-		if err != nil {
-			return fmt.Errorf("rebuild %q: %w", k, err)
-		}
-		if len(write) == 0 {
-			return fmt.Errorf("rebuild %q: %w: no active label", k, store.ErrUnavailable)
-		}
-		first[i] = write[0]
-		for _, l := range read {
-			subs = append(subs, keyspace.SubKey(k, l))
-		}
-		spans[i+1] = len(subs)
-	}
-	gctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	vals, err := c.st.Get(gctx, subs)
-	cancel()
+	reads, _, _, err := d.eng.Read(ctx, keys, nil)
 	if err != nil {
-		return fmt.Errorf("rebuild read: %w", err)
+		return fmt.Errorf("rebuild: %w", err)
 	}
 	var ops []store.IncrOp
-	for i, k := range keys {
+	for _, r := range reads {
 		rep.Keys++
-		sum, err := sumInt64(vals[spans[i]:spans[i+1]])
+		sum, err := r.Sum()
 		if err != nil {
-			return fmt.Errorf("rebuild %q: %w", k, err)
+			return fmt.Errorf("rebuild %q: %w", r.Key, err)
 		}
-		t := exact[k]
+		t := exact[r.Key]
 		diff := t - sum
 		if (sum < 0 && diff < t) || (sum > 0 && diff > t) { // t-sum overflowed
-			return fmt.Errorf("rebuild %q: %w", k, ErrOverflow)
+			return fmt.Errorf("rebuild %q: %w", r.Key, store.ErrOverflow)
 		}
 		if diff == 0 {
 			continue
 		}
-		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(k, first[i]), Delta: diff,
-			TokenKey: keyspace.AuxKey(k, first[i], "rebuild", token)})
+		write, _, err := d.eng.Labels(ctx, r.Key)
+		if err != nil {
+			return fmt.Errorf("rebuild %q: %w", r.Key, err)
+		}
+		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(r.Key, write[0]), Delta: diff,
+			TokenKey: keyspace.AuxKey(r.Key, write[0], "rebuild", token)})
 	}
 	for attempt := 0; len(ops) > 0; attempt++ {
-		ictx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		res, err := c.st.IncrMulti(ictx, ops)
+		ictx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+		res, err := d.eng.Store().IncrMulti(ictx, ops)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("rebuild: %w", err)
@@ -182,7 +160,7 @@ func (c *Client) rebuildChunk(ctx context.Context, keys []string, token string, 
 			rep.Corrected++
 			rep.Delta += ops[j].Delta
 			if key, _, ok := keyspace.ParseSubKey(ops[j].Key); ok {
-				c.cache.drop(key)
+				d.eng.Drop(key)
 			}
 		}
 		if len(retry) > 0 && attempt == 2 {

@@ -1,4 +1,4 @@
-package hotcount
+package durability
 
 // Fast-mode checkpoints and restore.
 //
@@ -74,8 +74,10 @@ const (
 	// restoreTokenTTL is how long a restore token is kept, so a process
 	// that finds a loss late repeats nothing.
 	restoreTokenTTL = 24 * time.Hour
-	// ckChunk is the most sub-counters read, saved or restored per call.
+	// ckChunk is the most sub-counters restored per call.
 	ckChunk = 10000
+	// ckCounters is the most counters read and saved per round trip.
+	ckCounters = 1000
 	// maxRestores is the number of Restore records kept.
 	maxRestores = 16
 )
@@ -129,28 +131,29 @@ type savedCP struct {
 }
 
 type checkpointer struct {
-	d         *durability
+	d         *Service
 	touched   sync.Map // counter key → *touchEntry
 	ntracked  atomic.Int64
 	untracked atomic.Uint64
 	kick      chan struct{}
 
-	mu       sync.Mutex // one round at a time; guards the fields below
-	saved    map[string]savedCP
-	known    map[string]int64     // sentinel key → accepted incarnation
-	lastOK   map[string]time.Time // sentinel key → last read that found it intact
-	topo     *store.Topology      // the topology sentKeys belongs to
-	sentKeys []string             // sentinel key per node index ("" without slots)
+	mu       sync.Mutex                    // one round at a time; guards the fields below
+	saved    map[string]map[string]savedCP // counter key → sub-key → last save
+	known    map[string]int64              // sentinel key → accepted incarnation
+	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
+	topo     *store.Topology               // the topology sentKeys belongs to
+	sentKeys []string                      // sentinel key per node index ("" without slots)
 	restores []Restore
 
+	lastRound                                          atomic.Int64 // unix ns of the last good round
 	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
 	restoredAmount                                     atomic.Int64
 }
 
-func (ck *checkpointer) init(d *durability) {
+func (ck *checkpointer) init(d *Service) {
 	ck.d = d
 	ck.kick = make(chan struct{}, 1)
-	ck.saved = map[string]savedCP{}
+	ck.saved = map[string]map[string]savedCP{}
 	ck.known = map[string]int64{}
 	ck.lastOK = map[string]time.Time{}
 }
@@ -159,7 +162,7 @@ func (ck *checkpointer) init(d *durability) {
 // checkpointer retired (at == deadTouch) is replaced, never revived, so a
 // touch racing with the retirement is not lost.
 func (ck *checkpointer) touch(key string) {
-	now := ck.d.c.now().UnixNano()
+	now := ck.d.cfg.Clock.Now().UnixNano()
 	for {
 		v, ok := ck.touched.Load(key)
 		if !ok {
@@ -196,10 +199,13 @@ func (ck *checkpointer) touch(key string) {
 	ck.ntracked.Add(1)
 }
 
-func (ck *checkpointer) stats(s *DurabilityStats) {
+func (ck *checkpointer) stats(s *Stats) {
 	s.Checkpoints, s.CheckpointErrors, s.Saved = ck.rounds.Load(), ck.roundErrs.Load(), ck.nsaved.Load()
 	s.Tracked, s.Untracked = uint64(max(ck.ntracked.Load(), 0)), ck.untracked.Load()
 	s.Restores, s.RestoredKeys, s.RestoredAmount = ck.nrestores.Load(), ck.restoredKeys.Load(), ck.restoredAmount.Load()
+	if t := ck.lastRound.Load(); t != 0 {
+		s.LastCheckpoint = time.Unix(0, t)
+	}
 }
 
 // round runs one checkpoint round: check the sentinels (restoring lost
@@ -210,7 +216,7 @@ func (ck *checkpointer) round(ctx context.Context) (CheckpointReport, error) {
 	if err != nil {
 		ck.roundErrs.Add(1)
 	}
-	if cb := ck.d.c.cfg.OnRestore; cb != nil {
+	if cb := ck.d.cfg.OnRestore; cb != nil {
 		for _, r := range rep.Restores {
 			cb(r)
 		}
@@ -222,7 +228,6 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
 	var rep CheckpointReport
-	c := ck.d.c
 	topo, err := ck.topology(ctx)
 	if err != nil {
 		return rep, err
@@ -231,35 +236,25 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 	if err != nil {
 		return rep, err
 	}
-	keys := ck.watched(ctx)
+	keys := ck.watched()
 	rep.Counters = len(keys)
-	var subs []string
-	for _, k := range keys {
-		_, read, err := c.Labels(ctx, k)
-		if err != nil {
-			return rep, fmt.Errorf("checkpoint %q: %w", k, err)
-		}
-		for _, l := range read {
-			subs = append(subs, keyspace.SubKey(k, l))
-		}
-	}
-	for start := 0; start < len(subs); start += ckChunk {
-		n, skipped, err := ck.save(ctx, topo, subs[start:min(start+ckChunk, len(subs))])
+	for start := 0; start < len(keys); start += ckCounters {
+		n, skipped, err := ck.save(ctx, topo, keys[start:min(start+ckCounters, len(keys))])
 		rep.Saved += n
 		rep.Skipped = max(rep.Skipped, skipped)
 		if err != nil {
 			return rep, err
 		}
 	}
+	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
 	return rep, nil
 }
 
 // topology returns the current map and makes sentKeys match it.
 func (ck *checkpointer) topology(ctx context.Context) (*store.Topology, error) {
-	c := ck.d.c
-	tctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	defer cancel()
-	topo, err := c.st.Topology(tctx)
+	topo, err := ck.d.eng.Store().Topology(tctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -294,25 +289,27 @@ func sentinelKeys(topo *store.Topology) []string {
 
 // watched returns the counters to checkpoint and forgets the ones idle
 // for long enough.
-func (ck *checkpointer) watched(ctx context.Context) []string {
-	c := ck.d.c
-	keep := 2*c.cfg.CheckpointInterval + max(c.cfg.FlushInterval, 500*time.Millisecond) + c.cfg.Timeout
-	cut := c.now().Add(-keep).UnixNano()
+func (ck *checkpointer) watched() []string {
+	d := ck.d
+	var longest time.Duration
+	for _, iv := range d.ns.FlushIntervals() {
+		longest = max(longest, iv)
+	}
+	keep := 2*d.cfg.CheckpointInterval + max(longest, 500*time.Millisecond) + d.cfg.Timeout
+	cut := d.cfg.Clock.Now().Add(-keep).UnixNano()
 	var keys []string
 	ck.touched.Range(func(k, v any) bool {
 		key := k.(string)
 		e := v.(*touchEntry)
 		at := e.at.Load()
-		if at != deadTouch && at < cut && (c.buf == nil || c.buf.Pending(key) == 0) &&
-			e.at.CompareAndSwap(at, deadTouch) {
+		if at != deadTouch && at < cut && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
 			// Idle since at least two rounds, which saved its last writes.
 			ck.touched.CompareAndDelete(key, v)
 			ck.ntracked.Add(-1)
-			if _, read, err := c.Labels(ctx, key); err == nil {
-				for _, l := range read {
-					delete(ck.saved, keyspace.SubKey(key, l))
-				}
+			for sub := range ck.saved[key] {
+				delete(ck.saved[key], sub)
 			}
+			delete(ck.saved, key)
 			return true
 		}
 		keys = append(keys, key)
@@ -321,51 +318,54 @@ func (ck *checkpointer) watched(ctx context.Context) []string {
 	return keys
 }
 
-// save reads subs together with the sentinels and saves the changed values
-// of the sub-counters whose node kept its accepted incarnation.
-func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, subs []string) (saved, skipped int, err error) {
-	c := ck.d.c
-	all := append(append(make([]string, 0, len(ck.sentKeys)+len(subs)), ck.sentKeys...), subs...)
-	gctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	at := c.now()
-	vals, err := c.st.Get(gctx, nonEmpty(all))
-	cancel()
+// save reads the sub-counters of keys together with the sentinels (one
+// round per node) and saves the changed values of the sub-counters whose
+// node kept its accepted incarnation.
+func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []string) (saved, skipped int, err error) {
+	d := ck.d
+	reads, sent, at, err := d.eng.Read(ctx, keys, nonEmpty(ck.sentKeys))
 	if err != nil {
 		return 0, 0, fmt.Errorf("checkpoint read: %w", err)
 	}
-	vals = spread(all, vals)
+	sent = spread(ck.sentKeys, sent)
 	intact := make([]bool, len(ck.sentKeys))
 	for i, k := range ck.sentKeys {
-		intact[i] = k != "" && vals[i] != 0 && vals[i] == ck.known[k]
+		intact[i] = k != "" && sent[i] != 0 && sent[i] == ck.known[k]
 		if k != "" && !intact[i] {
 			skipped++
 		}
 	}
 	var cps []durable.Checkpoint
-	for j, sub := range subs {
-		v := vals[len(ck.sentKeys)+j]
-		if !intact[topo.Owner[keyspace.Slot(sub)]] {
-			continue
+	for _, r := range reads {
+		for j, sub := range r.Subs {
+			v := r.Values[j]
+			if !intact[topo.Owner[keyspace.Slot(sub)]] {
+				continue
+			}
+			if old, ok := ck.saved[r.Key][sub]; ok && old.v == v {
+				continue
+			}
+			cps = append(cps, durable.Checkpoint{Key: sub, Total: v, At: at})
 		}
-		if old, ok := ck.saved[sub]; ok && old.v == v {
-			continue
-		}
-		cps = append(cps, durable.Checkpoint{Key: sub, Total: v, At: at})
 	}
 	if len(cps) == 0 {
 		return 0, skipped, nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, commitTimeout(c.cfg.Timeout))
+	sctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	defer cancel()
-	if err := ck.d.be.SaveCheckpoints(sctx, cps); err != nil {
+	if err := d.be.SaveCheckpoints(sctx, cps); err != nil {
 		return 0, skipped, fmt.Errorf("checkpoint save: %w", err)
 	}
 	for _, cp := range cps {
+		key, _, _ := keyspace.ParseSubKey(cp.Key)
 		s := savedCP{v: cp.Total, at: at}
-		if old, ok := ck.saved[cp.Key]; ok && at.After(old.at) {
+		if old, ok := ck.saved[key][cp.Key]; ok && at.After(old.at) {
 			s.rate = float64(cp.Total-old.v) / at.Sub(old.at).Seconds()
 		}
-		ck.saved[cp.Key] = s
+		if ck.saved[key] == nil {
+			ck.saved[key] = map[string]savedCP{}
+		}
+		ck.saved[key][cp.Key] = s
 	}
 	ck.nsaved.Add(uint64(len(cps)))
 	return len(cps), skipped, nil
@@ -399,11 +399,10 @@ func spread(keys []string, vals []int64) []int64 {
 // (see the file comment). A node repaired or newly seen is accepted, and
 // its counters are saved from the next read on.
 func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology) ([]Restore, error) {
-	c := ck.d.c
 	keys := ck.sentKeys
-	gctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	at := c.now()
-	vals, err := c.st.Get(gctx, nonEmpty(keys))
+	gctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	at := ck.d.cfg.Clock.Now()
+	vals, err := ck.d.eng.Store().Get(gctx, nonEmpty(keys))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint sentinels: %w", err)
@@ -435,8 +434,7 @@ func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology
 // it creates a missing one, compares it with the incarnation recorded in
 // the durable store, restores the node if it changed, and records it.
 func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, key string, v int64) (*Restore, error) {
-	c := ck.d.c
-	mctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	data, err := ck.d.be.LoadMeta(mctx, sentinelPrefix+key)
 	cancel()
 	var recorded int64
@@ -461,7 +459,7 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 		}
 	}
 	if v != recorded {
-		mctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 		err := ck.d.be.SaveMeta(mctx, sentinelPrefix+key, []byte(strconv.FormatInt(v, 10)))
 		cancel()
 		if err != nil {
@@ -477,11 +475,11 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 // after the incarnation recorded before (which every process reads alike),
 // so each loss has its own token and a stale one never blocks a write.
 func (ck *checkpointer) createSentinel(ctx context.Context, key string, recorded int64) (int64, error) {
-	c := ck.d.c
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	st := ck.d.eng.Store()
+	ctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	defer cancel()
-	inc := int64(c.rand()>>2) | 1
-	res, err := c.st.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: inc, TokenKey: key + ":init:" + strconv.FormatInt(recorded, 10), TTL: sentinelTokenTTL}})
+	inc := int64(ck.d.cfg.Rand()>>11) | 1 // within store.MaxValue
+	res, err := st.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: inc, TokenKey: key + ":init:" + strconv.FormatInt(recorded, 10), TTL: sentinelTokenTTL}})
 	if err == nil && res[0].Err != nil {
 		err = res[0].Err
 	}
@@ -491,7 +489,7 @@ func (ck *checkpointer) createSentinel(ctx context.Context, key string, recorded
 	if res[0].Applied {
 		return res[0].Value, nil
 	}
-	vals, err := c.st.Get(ctx, []string{key})
+	vals, err := st.Get(ctx, []string{key})
 	if err != nil {
 		return 0, fmt.Errorf("sentinel %s: %w", key, err)
 	}
@@ -501,27 +499,16 @@ func (ck *checkpointer) createSentinel(ctx context.Context, key string, recorded
 	return vals[0], nil
 }
 
-// Checkpoint runs a checkpoint round now (the Client also runs one every
-// CheckpointInterval): it checks every cache node for data loss, restores
-// lost nodes' fast-mode counters from their checkpoints, and saves the
-// watched fast-mode counters.
-func (c *Client) Checkpoint(ctx context.Context) (CheckpointReport, error) {
-	if c.closed.Load() {
-		return CheckpointReport{}, ErrClosed
-	}
-	if c.dur == nil {
-		return CheckpointReport{}, fmt.Errorf("checkpoint: %w: no durable store (Config.Durable)", ErrConfig)
-	}
-	return c.dur.ck.round(ctx)
+// Checkpoint runs a checkpoint round now: it checks every cache node for
+// data loss, restores lost nodes' fast-mode counters from their
+// checkpoints, and saves the watched fast-mode counters.
+func (d *Service) Checkpoint(ctx context.Context) (CheckpointReport, error) {
+	return d.ck.round(ctx)
 }
 
-// Restores returns the last node repairs this Client made (at most 16),
-// oldest first.
-func (c *Client) Restores() []Restore {
-	if c.dur == nil {
-		return nil
-	}
-	ck := &c.dur.ck
+// Restores returns the last node repairs (at most 16), oldest first.
+func (d *Service) Restores() []Restore {
+	ck := &d.ck
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
 	return append([]Restore(nil), ck.restores...)
