@@ -118,5 +118,5 @@
 // pub/sub subscriptions (PUBLISH works), MONITOR, client-side caching,
 // replication, cluster and persistence administration, ACL, FUNCTION,
 // WAIT. Downstream AUTH checks Config.Password; the proxy's own
-// credentials to Redis (RedisUsername, RedisPassword) are separate.
+// credentials to Redis (Config.Redis) are separate.
 package proxy
