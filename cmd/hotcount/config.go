@@ -45,6 +45,12 @@ const (
 	defaultData = "./hotcount-data"
 	// defaultMode is the durability mode of keys no namespace names.
 	defaultMode = "fast"
+	// defaultRESPListen is where `hotcount proxy` serves the Redis
+	// protocol: loopback only.
+	defaultRESPListen = "127.0.0.1:6380"
+	// defaultAdminListen is the HTTP admin port of `hotcount proxy`
+	// (/metrics, /healthz, /readyz); "off" turns it off.
+	defaultAdminListen = "127.0.0.1:7071"
 )
 
 // errInvalidConfig is wrapped by every configuration error.
@@ -60,10 +66,15 @@ const (
 	setMode     = "mode"
 	setToken    = "token"
 	setFile     = "config"
+	// The settings of `hotcount proxy`.
+	setRESPListen   = "resp_listen"
+	setAdminListen  = "admin_listen"
+	setRESPPassword = "resp_password"
 )
 
 // settingNames lists the settings that flags and environment variables may set.
-var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setFile}
+var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setFile,
+	setRESPListen, setAdminListen, setRESPPassword}
 
 // serveConfig is the merged configuration of `hotcount serve`.
 type serveConfig struct {
@@ -86,6 +97,14 @@ type serveConfig struct {
 	Namespaces []nsConfig `yaml:"namespaces"`
 	// autoNConfig, when present, turns automatic N on (file only).
 	AutoN *autoNConfig `yaml:"auto_n"`
+	// RESPListen is the host:port `hotcount proxy` serves Redis clients on.
+	RESPListen string `yaml:"resp_listen"`
+	// AdminListen is the host:port of the proxy's HTTP admin port, or
+	// "off".
+	AdminListen string `yaml:"admin_listen"`
+	// RESPPassword, when set, is the password Redis clients of the proxy
+	// must AUTH with (not a Redis credential).
+	RESPPassword string `yaml:"resp_password"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -115,6 +134,9 @@ type nsConfig struct {
 	// HotRate is the cache writes/s past which a cold counter grows to n;
 	// 0 means the library default.
 	HotRate float64 `yaml:"hot_rate"`
+	// Reply is what `hotcount proxy` answers to INCR on the namespace's
+	// keys: "estimate" (the default) or "exact" (a fresh summed read).
+	Reply string `yaml:"reply"`
 }
 
 // namespace returns the library's settings of the namespace.
@@ -150,7 +172,8 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 		}
 		fileSrc := "file " + path
 		for name, set := range map[string]bool{setListen: cfg.Listen != "", setRedis: len(cfg.Redis) > 0,
-			setPostgres: cfg.Postgres != "", setData: cfg.Data != "", setMode: cfg.Mode != "", setToken: cfg.Token != ""} {
+			setPostgres: cfg.Postgres != "", setData: cfg.Data != "", setMode: cfg.Mode != "", setToken: cfg.Token != "",
+			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != ""} {
 			if set {
 				cfg.Sources[name] = fileSrc
 			}
@@ -176,6 +199,12 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 			cfg.Mode = v
 		case setToken:
 			cfg.Token = v
+		case setRESPListen:
+			cfg.RESPListen = v
+		case setAdminListen:
+			cfg.AdminListen = v
+		case setRESPPassword:
+			cfg.RESPPassword = v
 		}
 	}
 	cfg.applyDefaults()
@@ -228,6 +257,8 @@ func (c *serveConfig) applyDefaults() {
 	}
 	def(setListen, &c.Listen, defaultListen)
 	def(setMode, &c.Mode, defaultMode)
+	def(setRESPListen, &c.RESPListen, defaultRESPListen)
+	def(setAdminListen, &c.AdminListen, defaultAdminListen)
 	if c.Postgres == "" {
 		def(setData, &c.Data, defaultData)
 	}
@@ -244,6 +275,17 @@ func (c *serveConfig) Validate() error {
 	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return bad(setListen, "%v", err)
+	}
+	if err := checkHostPort(c.RESPListen); err != nil {
+		return bad(setRESPListen, "%v", err)
+	}
+	if c.AdminListen != "off" {
+		if err := checkHostPort(c.AdminListen); err != nil {
+			return bad(setAdminListen, "%v (or off)", err)
+		}
+	}
+	if strings.ContainsAny(c.RESPPassword, "\r\n") {
+		return bad(setRESPPassword, "must not contain line breaks")
 	}
 	for _, a := range c.Redis {
 		if err := checkHostPort(a); err != nil {
@@ -266,8 +308,16 @@ func (c *serveConfig) Validate() error {
 		return bad(setToken, "must not contain spaces or control characters")
 	}
 	for i, ns := range c.Namespaces {
-		if ns.Prefix == "" {
+		nsBad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", errInvalidConfig, i, ns.Prefix, c.Sources[setFile], fmt.Sprintf(format, args...))
+		}
+		switch {
+		case ns.Prefix == "":
 			return fmt.Errorf("%w: namespaces[%d] (from %s): prefix is required", errInvalidConfig, i, c.Sources[setFile])
+		case ns.Reply != "" && ns.Reply != "estimate" && ns.Reply != "exact":
+			return nsBad("reply must be estimate or exact, got %q", ns.Reply)
+		case ns.Reply == "exact" && ns.ReadCacheTTL != 0:
+			return nsBad("reply: exact reads afresh on every INCR and GET; read_cache_ttl does not apply")
 		}
 	}
 	// The namespaces and automatic N are the library's settings: the
