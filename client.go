@@ -240,8 +240,9 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 	return reads[0].Subs, nil
 }
 
-// Clear deletes every sub-counter of key, after sending this process's
-// buffered deltas. Clearing a counter that does not exist is not an error.
+// Clear deletes the counter key: every sub-counter and its metadata, after
+// sending this process's buffered deltas; its next increment starts it
+// again. Clearing a counter that does not exist is not an error.
 func (c *Client) Clear(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err

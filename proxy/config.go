@@ -30,6 +30,15 @@ type Counters interface {
 	Clear(ctx context.Context, key string) error
 	// Stats returns the Client's gauges (the buffered deltas' among them).
 	Stats() hotcount.Stats
+	// Exists returns how many of keys are counters that exist.
+	Exists(ctx context.Context, keys ...string) (int64, error)
+	// Expire gives the counter key the deadline at; it reports whether
+	// the counter existed.
+	Expire(ctx context.Context, key string, at time.Time) (bool, error)
+	// Persist removes key's deadline; it reports whether it had one.
+	Persist(ctx context.Context, key string) (bool, error)
+	// Deadline returns key's deadline (zero: none) and whether it exists.
+	Deadline(ctx context.Context, key string) (time.Time, bool, error)
 }
 
 // Reply says what INCR on a counter key answers.

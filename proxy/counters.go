@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -66,6 +67,19 @@ func (c *conn) counterCommand(name string, ci *cmdInfo, args [][]byte, strs []st
 		c.mget(strs[1:], counter)
 	case "del", "unlink", "exists":
 		c.countKeys(name, strs[1:], counter)
+	case "expire", "pexpire", "expireat", "pexpireat":
+		c.counterExpire(name, first, strs)
+	case "ttl", "pttl", "expiretime", "pexpiretime":
+		c.counterTTL(name, first)
+	case "persist":
+		ctx, cancel := c.timeout()
+		defer cancel()
+		had, err := c.s.counters.Persist(ctx, first)
+		if err != nil {
+			c.out = appendErr(c.out, counterError(err))
+			return
+		}
+		c.out = appendInt(c.out, boolInt(had))
 	default:
 		c.out = appendErr(c.out, notForCounters(name, first))
 	}
@@ -137,10 +151,10 @@ func (c *conn) counterIncr(key string, delta int64) {
 			c.s.cfg.Logger.Warn("summed read after INCR failed; answering the last estimate", "key", key, "err", err)
 			v = c.s.est.failed(key)
 		case exact:
-			c.s.est.read(key, r, a0, c.s.cfg.Clock.Now())
+			c.s.est.read(key, r, true, a0, c.s.cfg.Clock.Now())
 			v = r.Value
 		default:
-			v, _ = c.s.est.read(key, r, a0, c.s.cfg.Clock.Now())
+			v, _ = c.s.est.read(key, r, true, a0, c.s.cfg.Clock.Now())
 		}
 	} else {
 		c.s.stats.estimateReads.Add(1)
@@ -207,9 +221,19 @@ func (c *conn) counterValues(ctx context.Context, keys []string) ([]counterVal, 
 	now = c.s.cfg.Clock.Now()
 	for _, k := range missing {
 		r := got[k]
-		val := counterVal{r.Value, readingExists(r)}
+		// A non-zero sum proves the counter exists; a zero one may be a
+		// counter brought back to 0, which exists, or none.
+		existed := r.Value != 0
+		if !existed {
+			n, err := c.s.counters.Exists(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			existed = n > 0
+		}
+		val := counterVal{r.Value, existed}
 		if a0, ok := a0s[k]; ok {
-			val.v, val.exists = c.s.est.read(k, r, a0, now)
+			val.v, val.exists = c.s.est.read(k, r, existed, a0, now)
 		}
 		for _, i := range idx[k] {
 			out[i] = val
@@ -367,4 +391,83 @@ func (c *conn) countKeys(name string, keys []string, counter []bool) {
 		n += m
 	}
 	c.out = appendInt(c.out, n)
+}
+
+// counterExpire: EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT on a counter key
+// give the counter a deadline (without the NX, XX, GT and LT options). A
+// deadline not in the future removes the counter, as Redis does.
+func (c *conn) counterExpire(name, key string, strs []string) {
+	if len(strs) != 3 {
+		c.out = appendErr(c.out, fmt.Sprintf("ERR counter key '%.200s' takes %s key <time> without options", key, strings.ToUpper(name)))
+		return
+	}
+	n, err := strconv.ParseInt(strs[2], 10, 64)
+	if err != nil {
+		c.out = appendErr(c.out, "ERR value is not an integer or out of range")
+		return
+	}
+	var at time.Time
+	now := c.s.cfg.Clock.Now()
+	const maxMs = 1 << 52 // far past any deadline, within a time.Time
+	switch name {
+	case "expire":
+		at = now.Add(time.Duration(clampInt(n, -maxMs/1000, maxMs/1000)) * time.Second)
+	case "pexpire":
+		at = now.Add(time.Duration(clampInt(n, -maxMs, maxMs)) * time.Millisecond)
+	case "expireat":
+		at = time.Unix(clampInt(n, -maxMs/1000, maxMs/1000), 0)
+	case "pexpireat":
+		at = time.UnixMilli(clampInt(n, -maxMs, maxMs))
+	}
+	ctx, cancel := c.timeout()
+	defer cancel()
+	c.s.est.drop(key)
+	existed, err := c.s.counters.Expire(ctx, key, at)
+	c.s.est.drop(key)
+	if err != nil {
+		c.out = appendErr(c.out, counterError(err))
+		return
+	}
+	c.out = appendInt(c.out, boolInt(existed))
+}
+
+// counterTTL: TTL and PTTL answer the time left (-1: no deadline, -2: no
+// counter); EXPIRETIME and PEXPIRETIME the deadline as a Unix time.
+func (c *conn) counterTTL(name, key string) {
+	ctx, cancel := c.timeout()
+	defer cancel()
+	at, exists, err := c.s.counters.Deadline(ctx, key)
+	switch {
+	case err != nil:
+		c.out = appendErr(c.out, counterError(err))
+		return
+	case !exists:
+		c.out = appendInt(c.out, -2)
+		return
+	case at.IsZero():
+		c.out = appendInt(c.out, -1)
+		return
+	}
+	left := max(at.Sub(c.s.cfg.Clock.Now()), 0)
+	var v int64
+	switch name {
+	case "ttl":
+		v = (left.Milliseconds() + 500) / 1000 // as Redis rounds
+	case "pttl":
+		v = left.Milliseconds()
+	case "expiretime":
+		v = at.Unix()
+	case "pexpiretime":
+		v = at.UnixMilli()
+	}
+	c.out = appendInt(c.out, v)
+}
+
+func clampInt(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

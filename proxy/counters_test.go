@@ -47,9 +47,17 @@ func TestCounterCommands(t *testing.T) {
 				{[]string{"INCRBY", k, "x"}, "-ERR value is not an integer or out of range\r\n"},
 				{[]string{"DECRBY", k, "-9223372036854775808"}, "-ERR decrement would overflow\r\n"},
 				{[]string{"INCR", k, "extra"}, "-ERR wrong number of arguments for 'incr' command\r\n"},
-				{[]string{"APPEND", k, "x"}, "-ERR APPEND is not supported on counter key '" + k + "'; counter keys accept GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE\r\n"},
+				{[]string{"APPEND", k, "x"}, "-ERR APPEND is not supported on counter key '" + k + "'; counter keys accept GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST\r\n"},
 				{[]string{"INCRBYFLOAT", k, "1.5"}, "-ERR INCRBYFLOAT is not supported on counter key"},
-				{[]string{"EXPIRE", k, "10"}, "-ERR EXPIRE is not supported on counter key"},
+				{[]string{"TTL", k}, ":-1\r\n"},
+				{[]string{"EXPIRE", k, "100"}, ":1\r\n"},
+				{[]string{"TTL", k}, ":100\r\n"},
+				{[]string{"EXPIRE", k, "100", "NX"}, "-ERR counter key '" + k + "' takes EXPIRE key <time> without options\r\n"},
+				{[]string{"PERSIST", k}, ":1\r\n"},
+				{[]string{"PERSIST", k}, ":0\r\n"},
+				{[]string{"PTTL", k}, ":-1\r\n"},
+				{[]string{"TTL", k2}, ":-2\r\n"},
+				{[]string{"EXPIRE", k2, "10"}, ":0\r\n"},
 				{[]string{"RENAME", k, k2}, "-ERR RENAME is not supported on counter key"},
 				{[]string{"SET", k, "abc"}, "-ERR counter key '" + k + "' holds an integer: SET takes an integer\r\n"},
 				{[]string{"SET", k, "5", "EX", "10"}, "-ERR counter key '" + k + "' takes SET key <integer> without options\r\n"},
@@ -68,6 +76,14 @@ func TestCounterCommands(t *testing.T) {
 				{[]string{"INCR", k}, ":1\r\n"},
 				{[]string{"UNLINK", k}, ":1\r\n"},
 				{[]string{"EXISTS", k}, ":0\r\n"},
+				{[]string{"INCRBY", k, "3"}, ":3\r\n"},
+				{[]string{"DECRBY", k, "3"}, ":0\r\n"},
+				{[]string{"GET", k}, "$1\r\n0\r\n"}, // exists at 0, as in Redis
+				// Buffered, +3 and -3 cancel out in this proxy and never
+				// reach the cluster: there is no counter to expire.
+				{[]string{"EXPIRE", k, "-1"}, map[string]string{"u": ":1\r\n", "b": ":0\r\n"}[kind]},
+				{[]string{"EXISTS", k}, ":0\r\n"},
+				{[]string{"GET", k}, "$-1\r\n"},
 			}
 			for _, s := range steps {
 				got := r.do(s.cmd...)

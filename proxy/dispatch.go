@@ -304,7 +304,7 @@ func (c *conn) refuse(args [][]byte) {
 }
 
 // counterNames lists what counter keys accept, for error messages.
-const counterNames = "GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE"
+const counterNames = "GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST"
 
 // notForCounters is the error for a command a counter key does not
 // accept.

@@ -11,16 +11,23 @@
 //   - INCR, INCRBY, DECR, DECRBY add through the Client: sharded,
 //     buffered or durable as the namespace says. INCRBY by 0 reads.
 //   - GET and MGET (mixed freely with plain keys) answer the summed value;
-//     a counter that holds no state reads nil, as in Redis.
+//     a counter that does not exist (Client.Exists, asked only when the
+//     sum is 0) reads nil, as in Redis.
 //   - DEL and UNLINK clear the counter (Client.Clear) and count it when it
 //     existed; EXISTS and TYPE ("string" or "none") work.
+//   - EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT (without NX, XX, GT, LT)
+//     give the counter a deadline (Client.Expire); a time not in the
+//     future removes it. TTL, PTTL, EXPIRETIME and PEXPIRETIME answer as
+//     Redis does (-1: no deadline, -2: no counter); PERSIST removes the
+//     deadline. A cold counter expires exactly as its one key; a sharded
+//     one reads as gone from its deadline on.
 //   - SET key <integer> resets the counter: it is cleared, then the
 //     integer is added. Like DEL, this is not atomic across processes:
 //     increments other proxies had buffered before land after it. SET with
 //     options or a non-integer value is refused.
 //   - Any other command naming a counter key (APPEND, INCRBYFLOAT, GETSET,
-//     EXPIRE, ... and WATCH or MULTI/EXEC) answers an -ERR that lists what
-//     counter keys accept.
+//     ... and WATCH or MULTI/EXEC) answers an -ERR that lists what counter
+//     keys accept.
 //
 // Every other key passes through.
 //

@@ -109,7 +109,7 @@ func (e *estimates) cached(key string, now time.Time, ttl time.Duration) (v int6
 
 // read records a summed read r of key that started when adds was a0, taken
 // at now, and returns the estimate after it.
-func (e *estimates) read(key string, r hotcount.Reading, a0 int64, now time.Time) (v int64, exists bool) {
+func (e *estimates) read(key string, r hotcount.Reading, existed bool, a0 int64, now time.Time) (v int64, exists bool) {
 	sh := e.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -127,7 +127,7 @@ func (e *estimates) read(key string, r hotcount.Reading, a0 int64, now time.Time
 		x.a0 = a0
 		x.at = now.Add(-r.Stale)
 		x.valid = true
-		x.exists = readingExists(r) || x.adds != a0
+		x.exists = existed || x.adds != a0
 	}
 	return x.value(), x.exists
 }
@@ -186,11 +186,6 @@ func fresh(at, now time.Time, ttl time.Duration) bool {
 	age := now.Sub(at)
 	return age >= 0 && age < ttl
 }
-
-// readingExists reports whether a reading found the counter holding state.
-// Until the Client reports that itself, a counter reads as existing when
-// its sum is not zero: a counter brought back to exactly 0 reads nil.
-func readingExists(r hotcount.Reading) bool { return r.Value != 0 }
 
 func satAdd(a, b int64) int64 {
 	s := a + b

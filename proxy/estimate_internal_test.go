@@ -21,7 +21,7 @@ func TestEstimateBasics(t *testing.T) {
 		t.Fatalf("first increment: ok=%v a0=%d, want a read with a0=1", ok, a0)
 	}
 	// The read (which saw the increment and 99 from elsewhere) lands.
-	if v, exists := e.read("k", hotcount.Reading{Key: "k", Value: 100}, 1, t0); v != 100 || !exists {
+	if v, exists := e.read("k", hotcount.Reading{Key: "k", Value: 100}, true, 1, t0); v != 100 || !exists {
 		t.Fatalf("after the read: %d %v", v, exists)
 	}
 	for i := 1; i <= 5; i++ {
@@ -40,7 +40,7 @@ func TestEstimateBasics(t *testing.T) {
 	}
 	// The reading's age dates the entry: a cached reading 600 ms old
 	// expires 400 ms later.
-	e.read("k", hotcount.Reading{Key: "k", Value: 500, Stale: 600 * time.Millisecond}, a0, t0.Add(ttl))
+	e.read("k", hotcount.Reading{Key: "k", Value: 500, Stale: 600 * time.Millisecond}, true, a0, t0.Add(ttl))
 	if _, _, ok, _ := e.cached("k", t0.Add(ttl+399*time.Millisecond), ttl); !ok {
 		t.Fatal("expired too early")
 	}
@@ -95,7 +95,7 @@ func TestEstimateNeverBelowOwnAdds(t *testing.T) {
 				continue
 			}
 			seen := r.seen + rng.Int64N(own-r.seen+1) // some of what came meanwhile
-			v, _ := e.read("k", hotcount.Reading{Value: seen}, r.a0, now)
+			v, _ := e.read("k", hotcount.Reading{Value: seen}, seen != 0, r.a0, now)
 			check("read", v)
 		}
 		inflight = kept
@@ -109,7 +109,7 @@ func TestEstimateRefreshing(t *testing.T) {
 	e := newEstimates()
 	const ttl = time.Second
 	_, _, a0 := e.added("k", 1, t0, ttl, false)
-	e.read("k", hotcount.Reading{Value: 10}, a0, t0)
+	e.read("k", hotcount.Reading{Value: 10}, true, a0, t0)
 	later := t0.Add(2 * ttl)
 	if _, ok, _ := e.added("k", 1, later, ttl, false); ok {
 		t.Fatal("expired estimate answered without a read")
@@ -132,7 +132,7 @@ func TestEstimateBounded(t *testing.T) {
 		now = now.Add(time.Microsecond)
 		key := fmt.Sprintf("k%d", i)
 		_, _, a0 := e.added(key, 1, now, ttl, false)
-		e.read(key, hotcount.Reading{Value: 1}, a0, now)
+		e.read(key, hotcount.Reading{Value: 1}, true, a0, now)
 	}
 	if n := e.size(); n > estimateShards*estimateSweepAt {
 		t.Fatalf("%d entries held", n)

@@ -121,6 +121,9 @@ func (e *Engine) Expire(ctx context.Context, key string, at time.Time) (bool, er
 	if e.exp == nil || e.meta == nil {
 		return false, ErrNoExpiry
 	}
+	if err := e.Flush(ctx); err != nil { // this process's deltas first
+		return false, fmt.Errorf("expire %q: %w", key, err)
+	}
 	exists, err := e.Exists(ctx, []string{key})
 	if err != nil || exists == 0 {
 		return false, err
@@ -139,6 +142,9 @@ func (e *Engine) Expire(ctx context.Context, key string, at time.Time) (bool, er
 func (e *Engine) Persist(ctx context.Context, key string) (bool, error) {
 	if e.exp == nil || e.meta == nil {
 		return false, ErrNoExpiry
+	}
+	if err := e.Flush(ctx); err != nil {
+		return false, fmt.Errorf("persist %q: %w", key, err)
 	}
 	d, exists, err := e.Deadline(ctx, key)
 	if err != nil || !exists || d.IsZero() {
@@ -202,12 +208,13 @@ func (e *Engine) Deadline(ctx context.Context, key string) (time.Time, bool, err
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	return ds[0].At, ds[0].Exists, nil
+	return ds[0].At, ds[0].Exists || e.Pending(key) != 0, nil
 }
 
 // Exists returns how many of keys are counters that exist: a sharded
-// counter before its deadline, a cold counter whose key exists. A key
-// named twice counts twice, as Redis EXISTS does.
+// counter before its deadline, a cold counter whose key exists, a counter
+// with a delta buffered in this process. A key named twice counts twice,
+// as Redis EXISTS does.
 func (e *Engine) Exists(ctx context.Context, keys []string) (int64, error) {
 	if e.exp == nil || e.meta == nil {
 		return 0, ErrNoExpiry
@@ -221,6 +228,10 @@ func (e *Engine) Exists(ctx context.Context, keys []string) (int64, error) {
 	var cold []string
 	var coldKeys []int
 	for i, k := range keys {
+		if e.Pending(k) != 0 { // buffered here, not flushed yet
+			n++
+			continue
+		}
 		if found[i] {
 			if d := e.meta.CachedDeadline(k); d.IsZero() || now.Before(d) {
 				n++

@@ -199,8 +199,9 @@ func (e *Engine) BufferStats() buffer.Stats {
 	return s
 }
 
-// Clear deletes every sub-counter of key, after sending this process's
-// buffered deltas (so they do not land after the clear).
+// Clear deletes every sub-counter of key and its metadata record, after
+// sending this process's buffered deltas (so they do not land after the
+// clear).
 func (e *Engine) Clear(ctx context.Context, key string) error {
 	sets, err := e.readSets(ctx, []string{key})
 	if err != nil {
@@ -212,6 +213,13 @@ func (e *Engine) Clear(ctx context.Context, key string) error {
 	sub := make([]string, len(sets[0]))
 	for i, l := range sets[0] {
 		sub[i] = keyspace.SubKey(key, l)
+	}
+	if e.meta != nil {
+		// A cleared counter is gone: its record goes too, and its next
+		// write starts it again (cold, or pinned anew).
+		if _, err := e.meta.Drop(ctx, key); err != nil {
+			return fmt.Errorf("clear %q: %w", key, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
