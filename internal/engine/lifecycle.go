@@ -226,7 +226,6 @@ func (e *Engine) Exists(ctx context.Context, keys []string) (int64, error) {
 	now := e.cfg.Clock.Now()
 	var n int64
 	var cold []string
-	var coldKeys []int
 	for i, k := range keys {
 		if e.Pending(k) != 0 { // buffered here, not flushed yet
 			n++
@@ -239,7 +238,6 @@ func (e *Engine) Exists(ctx context.Context, keys []string) (int64, error) {
 			continue
 		}
 		cold = append(cold, keyspace.SubKey(k, keyspace.ColdLabel))
-		coldKeys = append(coldKeys, i)
 	}
 	if len(cold) > 0 {
 		ds, err := e.exp.Deadlines(ctx, cold)
