@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,13 +133,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 	if c.fast != nil && delta != 0 {
 		// The hot path: the buffer validates every key it has not seen
-		// yet, and after Close it answers ErrClosed itself.
+		// yet, and after Close it answers ErrClosed itself. Nothing keeps
+		// key (the other paths get a copy), so a key built for the call
+		// ("likes:" + id) stays on the caller's stack.
 		if err := c.fast.Add(key, delta); err != nil {
-			return engine.AddError(key, err)
+			return engine.AddError(strings.Clone(key), err)
 		}
 		return nil
 	}
-	return c.incr(ctx, key, delta, "")
+	return c.incr(ctx, strings.Clone(key), delta, "")
 }
 
 // IncrID adds delta to the durable-mode counter key, with id as the

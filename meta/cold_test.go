@@ -28,7 +28,7 @@ func TestColdCounterNeedsNoRecord(t *testing.T) {
 	if err != nil || !slices.Equal(w, []string{keyspace.ColdLabel}) || !slices.Equal(r, w) {
 		t.Fatalf("Labels = %v %v %v", w, r, err)
 	}
-	if got, _, ok := m.Cached("k"); !ok || !slices.Equal(got, w) {
+	if got, subs, _, _, ok := m.Cached("k"); !ok || !slices.Equal(got, w) || subs[0] != keyspace.SubKey("k", w[0]) {
 		t.Fatalf("Cached = %v %v", got, ok)
 	}
 	sets, found, err := m.ReadSets(ctx, []string{"k", "j"})

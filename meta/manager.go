@@ -41,6 +41,8 @@ type entry struct {
 	pinned  bool      // a stored record, not derived defaults
 	stable  bool      // writers may use it: pinned, cold or naive defaults
 	gone    bool      // the record was dropped at at: a cache miss
+	subs    []string  // the sub-keys of m.Write, for writers
+	slots   []uint16  // their slots
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -86,22 +88,23 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 	return mt.Write, m.withCold(mt.Read), nil
 }
 
-// Cached returns key's write labels when the cache holds them fresh for a
-// writer, with no round trip; ok is false otherwise (the writer may then
-// send its increment to keyspace.ColdLabel, which every reader sums, and
-// look the labels up in the background). stale is true once the entry is
-// past half its TTL: the caller should Refresh it in the background, so
-// that a busy counter's labels never lapse.
-func (m *Manager) Cached(key string) (write []string, stale, ok bool) {
+// Cached returns key's write labels, their sub-keys and slots, when the
+// cache holds them fresh for a writer, with no round trip; ok is false
+// otherwise (the writer may then send its increment to
+// keyspace.ColdLabel, which every reader sums, and look the labels up in
+// the background). stale is true once the entry is past half its TTL: the
+// caller should Refresh it in the background, so that a busy counter's
+// labels never lapse. The slices are shared: do not modify them.
+func (m *Manager) Cached(key string) (write, subs []string, slots []uint16, stale, ok bool) {
 	v, found := m.cache.Load(key)
 	if !found {
-		return nil, false, false
+		return nil, nil, nil, false, false
 	}
 	e := v.(*entry)
 	if age := m.cfg.Clock.Now().Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
-		return e.m.Write, age >= m.cfg.TTL/2, true
+		return e.m.Write, e.subs, e.slots, age >= m.cfg.TTL/2, true
 	}
-	return nil, false, false
+	return nil, nil, nil, false, false
 }
 
 // Refresh reads key's record again (pinning a warm counter's default
@@ -360,6 +363,13 @@ func (m *Manager) put(key string, mt Meta, at time.Time) {
 	pinned := mt.Epoch > 0
 	e := &entry{m: mt, readAll: m.withCold(mt.Read), at: at, pinned: pinned,
 		stable: pinned || m.cfg.Naive || m.cold(key)}
+	if e.stable {
+		e.subs, e.slots = make([]string, len(mt.Write)), make([]uint16, len(mt.Write))
+		for i, l := range mt.Write {
+			e.subs[i] = keyspace.SubKey(key, l)
+			e.slots[i] = keyspace.Slot(e.subs[i])
+		}
+	}
 	m.store(key, e)
 	if m.fills.Add(1)%sweepEvery == 0 {
 		now := m.cfg.Clock.Now()

@@ -53,25 +53,26 @@ func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 // label (which every reader sums) and the labels are looked up in the
 // background, so a write never waits for a metadata round trip.
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
-	labels, err := e.writeLabelsNow(ctx, key)
-	if err != nil {
-		return fmt.Errorf("incr %q: %w", key, err)
-	}
 	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
 		// No sub-counter within the bound can take it.
 		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
 	}
-	label := labels[pick(e.cfg.Rand(), len(labels))]
+	w, err := e.writeSetNow(ctx, key)
+	if err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	i := pick(e.cfg.Rand(), len(w.labels))
+	label, sub := w.labels[i], w.sub(key, i)
 	at, expired := e.expireAtFor(key, label)
 	if expired {
 		// Past its deadline: what is left goes, and a new counter starts.
 		if err := e.expireNow(ctx, key); err != nil {
 			return fmt.Errorf("incr %q: %w", key, err)
 		}
-		label = keyspace.ColdLabel
+		label, sub = keyspace.ColdLabel, keyspace.SubKey(key, keyspace.ColdLabel)
 		at, _ = e.expireAtFor(key, label)
+		w = writeSet{}
 	}
-	sub := keyspace.SubKey(key, label)
 	v, err := e.incrBy(ctx, sub, delta, at)
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
@@ -86,9 +87,46 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", key, store.ErrOverflow, sub, int64(store.MaxValue))
 	}
 	e.obs.arrived(key, 1)
-	e.obs.wrote(key, e.nodeOf(sub), 1)
+	e.obs.wroteKey(key, 1)
+	e.obs.wroteNode(e.nodeOfSlot(w.slot(sub, i)), 1)
 	e.cache.add(key, delta)
 	return nil
+}
+
+// writeSet is a counter's write labels with, when cached, their sub-keys
+// and slots.
+type writeSet struct {
+	labels []string
+	subs   []string
+	slots  []uint16
+}
+
+func (w writeSet) sub(key string, i int) string {
+	if w.subs != nil {
+		return w.subs[i]
+	}
+	return keyspace.SubKey(key, w.labels[i])
+}
+
+func (w writeSet) slot(sub string, i int) uint16 {
+	if w.slots != nil {
+		return w.slots[i]
+	}
+	return keyspace.Slot(sub)
+}
+
+// writeSetNow is writeLabelsNow with the cached sub-keys.
+func (e *Engine) writeSetNow(ctx context.Context, key string) (writeSet, error) {
+	if e.meta != nil {
+		if l, subs, slots, stale, ok := e.meta.Cached(key); ok {
+			if stale {
+				e.refresh(key)
+			}
+			return writeSet{l, subs, slots}, nil
+		}
+	}
+	l, err := e.writeLabelsNow(ctx, key)
+	return writeSet{labels: l}, err
 }
 
 // writeLabelsNow returns key's write labels without waiting on a cold
@@ -100,7 +138,7 @@ func (e *Engine) writeLabelsNow(ctx context.Context, key string) ([]string, erro
 	if e.meta == nil {
 		return e.naive[e.ns.Lookup(key).N], nil
 	}
-	w, stale, ok := e.meta.Cached(key)
+	w, _, _, stale, ok := e.meta.Cached(key)
 	switch {
 	case ok && stale:
 		e.refresh(key)
