@@ -209,14 +209,17 @@ func (d *durability) rollupLoop() {
 func (d *durability) rollup(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout(d.c.cfg.Timeout))
 	defer cancel()
-	n, err := d.be.Rollup(ctx, d.c.now().Add(-d.rollupAge))
+	rep, err := d.be.Rollup(ctx, d.c.now().Add(-d.rollupAge))
 	d.rollups.Add(1)
+	d.folded.Add(uint64(rep.Folded))
+	if err == nil && len(rep.Failed) > 0 {
+		err = fmt.Errorf("rollup: %d keys not folded: %w", len(rep.Failed), rep.Failed[0])
+	}
 	if err != nil {
 		d.rollupErrs.Add(1)
-		return 0, err
+		return rep.Folded, err
 	}
-	d.folded.Add(uint64(n))
-	return n, nil
+	return rep.Folded, nil
 }
 
 // checkpointLoop runs a checkpoint round every CheckpointInterval, and

@@ -77,11 +77,11 @@ func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 }
 
 // batch is a group of events committed together. Its waiters block on
-// done; dup and err are written before done is closed.
+// done; res and err are written before done is closed.
 type batch struct {
 	events []Event
 	first  time.Time // arrival of events[0]
-	dup    []bool
+	res    []Result
 	err    error
 	done   chan struct{}
 }
@@ -103,7 +103,7 @@ type Committer struct {
 	slots chan struct{} // cap MaxInFlight: one token per committing batch
 	done  chan struct{} // closed when the owner has drained and exited
 
-	batches, events, failed atomic.Uint64
+	batches, events, failed, rejected atomic.Uint64
 }
 
 // CommitterStats are a Committer's running totals.
@@ -114,11 +114,15 @@ type CommitterStats struct {
 	Events uint64
 	// Failed is the number of events whose batch returned an error.
 	Failed uint64
+	// Rejected is the number of events that failed on their own
+	// (Result.Err: overflow, id conflict, invalid).
+	Rejected uint64
 }
 
 // Stats returns the running totals.
 func (c *Committer) Stats() CommitterStats {
-	return CommitterStats{Batches: c.batches.Load(), Events: c.events.Load(), Failed: c.failed.Load()}
+	return CommitterStats{Batches: c.batches.Load(), Events: c.events.Load(),
+		Failed: c.failed.Load(), Rejected: c.rejected.Load()}
 }
 
 // NewCommitter starts a committer writing to log.
@@ -142,10 +146,13 @@ func NewCommitter(log Appender, cfg CommitterConfig) (*Committer, error) {
 }
 
 // Append adds e to the current batch and blocks until that batch has
-// committed. dup reports that e.ID was seen before (within the dedup window
-// or earlier in the batch) and was not counted again. When ctx ends first,
-// Append returns its error but the event may still commit: retry with the
-// same ID, which is safe. After Close, Append returns store.ErrClosed.
+// committed, and returns e's own result: dup reports that e.ID was seen
+// before on e.Key (within the dedup window or earlier in the batch) and was
+// not counted again; err is e's own failure (ErrIDConflict,
+// store.ErrOverflow), which does not affect the other events of the batch,
+// or the failure of the whole batch. When ctx ends first, Append returns
+// its error but the event may still commit: retry with the same ID, which
+// is safe. After Close, Append returns store.ErrClosed.
 func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	if !ValidKey(e.Key) || !ValidKey(e.ID) {
 		return false, fmt.Errorf("%w: key %q id %q", ErrInvalidEvent, e.Key, e.ID)
@@ -187,7 +194,7 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	if b.err != nil {
 		return false, b.err
 	}
-	return b.dup[i], nil
+	return b.res[i].Dup, b.res[i].Err
 }
 
 // signal wakes the owner; the caller holds mu.
@@ -279,17 +286,25 @@ func (c *Committer) next() bool {
 func (c *Committer) commit(b *batch) {
 	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CommitTimeout)
-	dup, err := c.log.AppendEvents(ctx, b.events)
+	res, err := c.log.AppendEvents(ctx, b.events)
 	cancel()
-	if err == nil && len(dup) != len(b.events) {
-		err = fmt.Errorf("%w: durable append returned %d flags for %d events",
-			store.ErrUnavailable, len(dup), len(b.events))
+	if err == nil && len(res) != len(b.events) {
+		err = fmt.Errorf("%w: durable append returned %d results for %d events",
+			ErrBackend, len(res), len(b.events))
 	}
-	b.dup, b.err = dup, err
+	b.res, b.err = res, err
 	c.batches.Add(1)
 	c.events.Add(uint64(len(b.events)))
 	if err != nil {
 		c.failed.Add(uint64(len(b.events)))
+	} else {
+		var n uint64
+		for _, r := range res {
+			if r.Err != nil {
+				n++
+			}
+		}
+		c.rejected.Add(n)
 	}
 	close(b.done)
 }

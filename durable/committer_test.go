@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"runtime"
+		"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -32,23 +31,26 @@ type memLog struct {
 
 func newMemLog() *memLog { return &memLog{seen: map[string]bool{}, total: map[string]int64{}} }
 
-func (m *memLog) AppendEvents(_ context.Context, evs []durable.Event) ([]bool, error) {
+func (m *memLog) AppendEvents(_ context.Context, evs []durable.Event) ([]durable.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
 		return nil, m.err
 	}
 	m.batches = append(m.batches, len(evs))
-	_, dup := durable.FirstSeen(evs)
+	res := make([]durable.Result, len(evs))
 	for i, e := range evs {
-		if dup[i] || m.seen[e.ID] {
-			dup[i] = true
-			continue
+		switch {
+		case e.Delta < 0:
+			res[i].Err = fmt.Errorf("%w: negative", store.ErrOverflow)
+		case m.seen[e.Key+"\x00"+e.ID]:
+			res[i].Dup = true
+		default:
+			m.seen[e.Key+"\x00"+e.ID] = true
+			m.total[e.Key] += e.Delta
 		}
-		m.seen[e.ID] = true
-		m.total[e.Key] += e.Delta
 	}
-	return dup, nil
+	return res, nil
 }
 
 func (m *memLog) sizes() []int {
@@ -261,14 +263,6 @@ func TestCheckpointNewer(t *testing.T) {
 	}
 }
 
-func TestNanosRoundTrip(t *testing.T) {
-	for _, tm := range []time.Time{{}, clock.Start, time.Unix(0, 1)} {
-		if got := durable.FromNanos(durable.Nanos(tm)); !got.Equal(tm) {
-			t.Errorf("round trip of %v gave %v", tm, got)
-		}
-	}
-}
-
 // gateLog blocks every AppendEvents until release is closed.
 type gateLog struct {
 	*memLog
@@ -277,7 +271,7 @@ type gateLog struct {
 	release chan struct{}
 }
 
-func (g *gateLog) AppendEvents(ctx context.Context, evs []durable.Event) ([]bool, error) {
+func (g *gateLog) AppendEvents(ctx context.Context, evs []durable.Event) ([]durable.Result, error) {
 	g.mu.Lock()
 	g.running++
 	g.mu.Unlock()
@@ -309,28 +303,6 @@ func TestCommitterMaxInFlight(t *testing.T) {
 				t.Fatalf("total %d after %d calls, want 3 and 3", g.total["k"], g.inFlight())
 			}
 		})
-	}
-}
-
-func TestAggregate(t *testing.T) {
-	t0 := clock.Start
-	evs := []durable.Event{
-		{Key: "a", Delta: 1, ID: "1", At: t0},
-		{Key: "b", Delta: 5, ID: "2"},
-		{Key: "a", Delta: 2, ID: "3", At: t0.Add(time.Second)},
-		{Key: "a", Delta: 100, ID: "4", At: t0.Add(time.Hour)}, // dup: skipped
-		{Key: "a", Delta: math.MaxInt64, ID: "5", At: t0},      // overflows a's row
-	}
-	dup := []bool{false, false, false, true, false}
-	now := t0.Add(time.Minute).UnixNano()
-	got := fmt.Sprint(durable.Aggregate(evs, dup, now))
-	want := fmt.Sprint([]durable.Row{
-		{Key: "a", Delta: 3, At: t0.Add(time.Second).UnixNano(), N: 2},
-		{Key: "b", Delta: 5, At: now, N: 1},
-		{Key: "a", Delta: math.MaxInt64, At: t0.UnixNano(), N: 1},
-	})
-	if got != want {
-		t.Fatalf("Aggregate =\n%s\nwant\n%s", got, want)
 	}
 }
 
@@ -374,4 +346,33 @@ func TestCommitterInFlightFromAppender(t *testing.T) {
 	waitFor(t, "3 commits in flight", func() bool { return g.inFlight() == 3 && c.Pending() == 1 })
 	close(g.release)
 	collect(t, res, 4)
+}
+
+// TestCommitterPerEventResult: each caller gets its own event's result; an
+// event that fails alone does not fail the others of its batch.
+func TestCommitterPerEventResult(t *testing.T) {
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clock.NewFake()})
+	out := make(chan error, 4)
+	for i, d := range []int64{1, -1, 2, 3} {
+		go func() {
+			_, err := c.Append(context.Background(), durable.Event{Key: "k", Delta: d, ID: fmt.Sprint(i)})
+			out <- err
+		}()
+	}
+	var failed int
+	for range 4 {
+		if err := <-out; err != nil {
+			if !errors.Is(err, store.ErrOverflow) {
+				t.Fatalf("Append err = %v, want ErrOverflow", err)
+			}
+			failed++
+		}
+	}
+	if failed != 1 || log.total["k"] != 6 || fmt.Sprint(log.sizes()) != "[4]" {
+		t.Fatalf("failed %d, total %d, batches %v; want 1, 6, [4]", failed, log.total["k"], log.sizes())
+	}
+	if st := c.Stats(); st.Rejected != 1 || st.Failed != 0 || st.Events != 4 {
+		t.Fatalf("stats %+v", st)
+	}
 }

@@ -3,42 +3,38 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"os"
+	"time"
 	"unicode/utf8"
 
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/durable/internal/sqlkit"
 	"github.com/hotcount/hotcount/keyspace"
 )
 
 // SaveCheckpoints implements durable.Checkpoints.
 func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) error {
-	if err := durable.CheckCheckpoints(cps); err != nil {
+	rows, err := sqlkit.CheckpointRows(cps)
+	if err != nil {
 		return err
 	}
-	cps = durable.LatestCheckpoints(cps)
-	if len(cps) == 0 {
+	if len(rows) == 0 {
 		return db.check()
 	}
+	list := make([][5]any, len(rows))
+	for i, r := range rows {
+		list[i] = [5]any{r.Key, r.Total, r.Epoch, r.At, r.Counter}
+	}
 	return db.inTx(ctx, "save checkpoints", func(tx *sql.Tx) error {
-		for lo := 0; lo < len(cps); lo += chunk {
-			part := cps[lo:min(lo+chunk, len(cps))]
-			args := make([]any, 0, 4*len(part))
-			for _, c := range part {
-				args = append(args, c.Key, c.Total, int64(c.Epoch), durable.Nanos(c.At))
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns) VALUES `+
-				placeholders(len(part), 4)+`
-				ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
-				WHERE excluded.epoch > checkpoints.epoch
-				   OR (excluded.epoch = checkpoints.epoch AND excluded.at_ns >= checkpoints.at_ns)`,
-				args...); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns)
+			SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) j
+			WHERE NOT EXISTS (SELECT 1 FROM clears c WHERE c.key = j.value ->> 4 AND c.at_ns >= j.value ->> 3)
+			ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
+			WHERE excluded.epoch > checkpoints.epoch
+			   OR (excluded.epoch = checkpoints.epoch AND excluded.at_ns >= checkpoints.at_ns)`, jsonList(list))
+		return err
 	})
 }
 
@@ -51,16 +47,8 @@ func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]du
 	if len(keys) == 0 {
 		return out, nil
 	}
-	list, err := json.Marshal(keys)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", durable.ErrInvalidCheckpoint, err)
-	}
-	rows, err := db.r.QueryContext(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE key IN (SELECT value FROM json_each(?))`, string(list))
-	if err != nil {
-		return nil, durable.Unavailable("load checkpoints", err)
-	}
-	cps, err := scanCheckpoints(rows)
+	cps, err := db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
+		WHERE key IN (SELECT value FROM json_each(?))`, jsonList(keys))
 	for _, c := range cps {
 		out[c.Key] = c
 	}
@@ -72,29 +60,26 @@ func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Che
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE substr(key, 1, ?) = ?`, utf8.RuneCountInString(prefix), prefix)
-	if err != nil {
-		return nil, durable.Unavailable("list checkpoints", err)
-	}
-	cps, err := scanCheckpoints(rows)
-	sort.Slice(cps, func(i, j int) bool { return cps[i].Key < cps[j].Key })
-	return cps, err
+	return db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
+		WHERE substr(key, 1, ?) = ? ORDER BY key`, utf8.RuneCountInString(prefix), prefix)
 }
 
-func scanCheckpoints(rows *sql.Rows) ([]durable.Checkpoint, error) {
+func (db *DB) queryCheckpoints(ctx context.Context, q string, args ...any) ([]durable.Checkpoint, error) {
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, wrap("checkpoints", err)
+	}
 	defer rows.Close()
 	var out []durable.Checkpoint
 	for rows.Next() {
-		var c durable.Checkpoint
-		var epoch, at int64
-		if err := rows.Scan(&c.Key, &c.Total, &epoch, &at); err != nil {
-			return nil, durable.Unavailable("checkpoints", err)
+		var key string
+		var total, epoch, at int64
+		if err := rows.Scan(&key, &total, &epoch, &at); err != nil {
+			return nil, wrap("checkpoints", err)
 		}
-		c.Epoch, c.At = uint64(epoch), durable.FromNanos(at)
-		out = append(out, c)
+		out = append(out, sqlkit.Checkpoint(key, total, epoch, at))
 	}
-	return out, durable.Unavailable("checkpoints", rows.Err())
+	return out, wrap("checkpoints", rows.Err())
 }
 
 // SaveMeta implements durable.Meta.
@@ -124,10 +109,97 @@ func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: meta %q", durable.ErrNotFound, key)
 	}
 	if err != nil {
-		return nil, durable.Unavailable("load meta", err)
+		return nil, wrap("load meta", err)
 	}
 	if data == nil {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// ClearCounter implements durable.Lifecycle in one transaction.
+func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
+	if err := sqlkit.ClearKey(key); err != nil {
+		return err
+	}
+	lo, hi := sqlkit.SubKeyRange(key)
+	return db.inTx(ctx, "clear", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT key FROM checkpoints WHERE key >= ? AND key < ?`, lo, hi)
+		if err != nil {
+			return err
+		}
+		subs, err := scanStrings(rows)
+		if err != nil {
+			return err
+		}
+		mine := []string{key}
+		for _, s := range subs {
+			if sqlkit.CounterOf(s) == key {
+				mine = append(mine, s)
+			}
+		}
+		for _, q := range []string{
+			`DELETE FROM totals WHERE key = ?1`,
+			`DELETE FROM events WHERE key = ?1`,
+			`DELETE FROM bounds WHERE key = ?1`,
+			`DELETE FROM meta WHERE key = ?1`,
+			`DELETE FROM checkpoints WHERE key IN (SELECT value FROM json_each(?2))`,
+			`INSERT INTO clears (key, at_ns, cleared_ns) VALUES (?1, ?3, ?4)
+				ON CONFLICT (key) DO UPDATE SET at_ns = max(at_ns, excluded.at_ns), cleared_ns = excluded.cleared_ns`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, key, jsonList(mine), sqlkit.Nanos(at), db.clock.Now().UnixNano()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Tombstones implements durable.Lifecycle.
+func (db *DB) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT key, at_ns FROM clears
+		WHERE key IN (SELECT value FROM json_each(?))`, jsonList(keys))
+	if err != nil {
+		return nil, wrap("tombstones", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var at int64
+		if err := rows.Scan(&k, &at); err != nil {
+			return nil, wrap("tombstones", err)
+		}
+		out[k] = sqlkit.FromNanos(at)
+	}
+	return out, wrap("tombstones", rows.Err())
+}
+
+// Stats implements durable.Lifecycle: row counts, and the pages of the
+// database file plus the write-ahead log.
+func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
+	st := durable.Stats{Rows: make(map[string]int64, len(sqlkit.Tables))}
+	err := db.inReadTx(ctx, "stats", func(tx *sql.Tx) error {
+		for _, t := range sqlkit.Tables {
+			var n int64
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+t).Scan(&n); err != nil {
+				return err
+			}
+			st.Rows[t] = n
+		}
+		return tx.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&st.Bytes)
+	})
+	if err != nil {
+		return durable.Stats{}, err
+	}
+	if fi, err := os.Stat(db.path + "-wal"); err == nil {
+		st.Bytes += fi.Size()
+	}
+	return st, nil
 }
