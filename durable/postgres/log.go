@@ -399,22 +399,16 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 
 // Prune implements durable.Lifecycle.
 func (db *DB) Prune(ctx context.Context) (durable.PruneReport, error) {
-	var rep durable.PruneReport
 	if err := db.check(); err != nil {
-		return rep, err
+		return durable.PruneReport{}, err
 	}
-	now := db.clock.Now()
-	tag, err := db.pool.Exec(ctx, `DELETE FROM ids WHERE seen_ns < $1`, now.Add(-db.keep.IDs).UnixNano())
-	rep.IDs = int(tag.RowsAffected())
-	ttag, terr := db.pool.Exec(ctx, `DELETE FROM clears WHERE cleared_ns < $1`, now.Add(-db.keep.Tombstones).UnixNano())
-	rep.Tombstones = int(ttag.RowsAffected())
-	return rep, errors.Join(wrap("prune ids", err), wrap("prune tombstones", terr))
+	return sqlkit.Prune(ctx, conn{db.pool}, db.keep, db.clock.Now(), wrap)
 }
 
 // Exact implements durable.Log.
 func (db *DB) Exact(ctx context.Context, key string) (int64, error) {
 	m, err := db.ExactMulti(ctx, []string{key})
-	return m[key], err
+	return sqlkit.Exact(m, err, key)
 }
 
 // ExactMulti implements durable.Log, in one statement (one snapshot).
@@ -454,11 +448,6 @@ func (db *DB) Keys(ctx context.Context, prefix string) ([]string, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	rows, _ := db.pool.Query(ctx, `SELECT key FROM totals WHERE starts_with(key, $1)
-		UNION SELECT key FROM events WHERE starts_with(key, $1)`, prefix)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, wrap("keys", err)
-	}
-	return sqlkit.SortKeys(out), nil
+	keys, err := sqlkit.Keys(ctx, conn{db.pool}, dialect, prefix)
+	return keys, wrap("keys", err)
 }

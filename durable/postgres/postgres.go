@@ -241,18 +241,36 @@ var migrations = []string{
 // SchemaVersion is the schema version this build migrates to.
 var SchemaVersion = len(migrations)
 
-// pgTx adapts pgx.Tx to sqlkit.Tx.
-type pgTx struct{ tx pgx.Tx }
-
-func (t pgTx) Exec(ctx context.Context, q string, args ...any) error {
-	_, err := t.tx.Exec(ctx, q, args...)
-	return err
+// querier is what a pool, a connection and a transaction of pgx share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func (t pgTx) Int(ctx context.Context, q string, args ...any) (int64, error) {
-	var n int64
-	err := t.tx.QueryRow(ctx, q, args...).Scan(&n)
-	return n, err
+// conn adapts a querier to sqlkit.Conn.
+type conn struct{ q querier }
+
+func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := c.q.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (c conn) Query(ctx context.Context, q string, args []any, row func(func(...any) error) error) error {
+	rows, _ := c.q.Query(ctx, q, args...)
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// dialect is PostgreSQL's: text arrays for lists.
+var dialect = sqlkit.Dialect{
+	In:     func(col string, n int) string { return fmt.Sprintf("%s = ANY($%d::text[])", col, n) },
+	List:   func(s []string) any { return s },
+	Prefix: func(col string, n int) string { return fmt.Sprintf("starts_with(%s, $%d)", col, n) },
 }
 
 // migrate creates the schema and applies pending migrations in one
@@ -268,7 +286,7 @@ func (db *DB) migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		err := sqlkit.Migrate(ctx, pgTx{tx}, sqlkit.Schema{
+		err := sqlkit.Migrate(ctx, conn{tx}, sqlkit.Schema{
 			VersionTable: `CREATE TABLE IF NOT EXISTS schema_version (
 				version    integer PRIMARY KEY,
 				applied_at timestamptz NOT NULL DEFAULT now())`,

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/internal/sqlkit"
-	"github.com/hotcount/hotcount/keyspace"
 )
 
 // SaveCheckpoints implements durable.Checkpoints in one transaction: shared
@@ -56,16 +53,8 @@ func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]du
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	out := make(map[string]durable.Checkpoint, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	cps, err := db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE key = ANY($1::text[])`, keys)
-	for _, c := range cps {
-		out[c.Key] = c
-	}
-	return out, err
+	m, err := sqlkit.LoadCheckpoints(ctx, conn{db.pool}, dialect, keys)
+	return m, wrap("load checkpoints", err)
 }
 
 // ListCheckpoints implements durable.Checkpoints.
@@ -73,37 +62,16 @@ func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Che
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	return db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE starts_with(key, $1) ORDER BY key`, prefix)
-}
-
-func (db *DB) queryCheckpoints(ctx context.Context, sql string, arg any) ([]durable.Checkpoint, error) {
-	rows, _ := db.pool.Query(ctx, sql, arg)
-	var out []durable.Checkpoint
-	var key string
-	var total, epoch, at int64
-	_, err := pgx.ForEachRow(rows, []any{&key, &total, &epoch, &at}, func() error {
-		out = append(out, sqlkit.Checkpoint(key, total, epoch, at))
-		return nil
-	})
-	return out, wrap("checkpoints", err)
+	cps, err := sqlkit.ListCheckpoints(ctx, conn{db.pool}, dialect, prefix)
+	return cps, wrap("list checkpoints", err)
 }
 
 // SaveMeta implements durable.Meta.
 func (db *DB) SaveMeta(ctx context.Context, key string, data []byte) error {
-	if !durable.ValidKey(key) {
-		return fmt.Errorf("%w: meta key %q", keyspace.ErrInvalidKey, key)
-	}
 	if err := db.check(); err != nil {
 		return err
 	}
-	if data == nil {
-		data = []byte{}
-	}
-	_, err := db.pool.Exec(ctx, `INSERT INTO meta (key, data, updated_ns) VALUES ($1, $2, $3)
-		ON CONFLICT (key) DO UPDATE SET data = excluded.data, updated_ns = excluded.updated_ns`,
-		key, data, db.clock.Now().UnixNano())
-	return wrap("save meta", err)
+	return wrap("save meta", sqlkit.SaveMeta(ctx, conn{db.pool}, key, data, db.clock.Now()))
 }
 
 // LoadMeta implements durable.Meta.
@@ -111,24 +79,13 @@ func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	var data []byte
-	err := db.pool.QueryRow(ctx, `SELECT data FROM meta WHERE key = $1`, key).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: meta %q", durable.ErrNotFound, key)
-	}
-	if err != nil {
-		return nil, wrap("load meta", err)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	return data, nil
+	data, err := sqlkit.LoadMeta(ctx, conn{db.pool}, key)
+	return data, wrap("load meta", err)
 }
 
 // ClearCounter implements durable.Lifecycle in one transaction. It holds
-// the rollup lock shared and its counter's checkpoint bucket exclusively;
-// it deletes the bounds rows first, which waits for the batches of the key
-// in flight, so that the deletes of its log rows that follow see them.
+// the rollup lock shared and its counter's checkpoint bucket exclusively
+// (see the package documentation).
 func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
 	if err := sqlkit.ClearKey(key); err != nil {
 		return err
@@ -136,41 +93,12 @@ func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error 
 	if err := db.check(); err != nil {
 		return err
 	}
-	lo, hi := sqlkit.SubKeyRange(key)
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, $2), pg_advisory_xact_lock($1, $3)`,
 			db.locks, lockRollup, bucket(key)); err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, `SELECT key FROM checkpoints WHERE key >= $1 AND key < $2`, lo, hi)
-		subs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		mine := []string{key}
-		for _, s := range subs {
-			if sqlkit.CounterOf(s) == key {
-				mine = append(mine, s)
-			}
-		}
-		for _, q := range []struct {
-			sql  string
-			args []any
-		}{
-			{`DELETE FROM bounds WHERE key = $1`, []any{key}},
-			{`DELETE FROM events WHERE key = $1`, []any{key}},
-			{`DELETE FROM totals WHERE key = $1`, []any{key}},
-			{`DELETE FROM meta WHERE key = $1`, []any{key}},
-			{`DELETE FROM checkpoints WHERE key = ANY($1::text[])`, []any{mine}},
-			{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
-				ON CONFLICT (key) DO UPDATE SET at_ns = greatest(clears.at_ns, excluded.at_ns),
-					cleared_ns = excluded.cleared_ns`, []any{key, sqlkit.Nanos(at), db.clock.Now().UnixNano()}},
-		} {
-			if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())
 	})
 	return wrap("clear", err)
 }
@@ -180,44 +108,26 @@ func (db *DB) Tombstones(ctx context.Context, keys []string) (map[string]time.Ti
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	out := make(map[string]time.Time, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	rows, _ := db.pool.Query(ctx, `SELECT key, at_ns FROM clears WHERE key = ANY($1::text[])`, keys)
-	var k string
-	var at int64
-	_, err := pgx.ForEachRow(rows, []any{&k, &at}, func() error {
-		out[k] = sqlkit.FromNanos(at)
-		return nil
-	})
-	return out, wrap("tombstones", err)
+	m, err := sqlkit.Tombstones(ctx, conn{db.pool}, dialect, keys)
+	return m, wrap("tombstones", err)
 }
 
-// Stats implements durable.Lifecycle: row counts from one snapshot, and
+// Stats implements durable.Lifecycle: row counts, and
 // pg_total_relation_size (tables, indexes, TOAST) of every table of the
 // schema.
 func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	if err := db.check(); err != nil {
 		return durable.Stats{}, err
 	}
-	q := `SELECT coalesce((SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = current_schema() AND c.relkind = 'r'), 0)::bigint`
-	for _, t := range sqlkit.Tables {
-		q += `, (SELECT count(*) FROM ` + t + `)`
-	}
-	st := durable.Stats{Rows: make(map[string]int64, len(sqlkit.Tables))}
-	counts := make([]int64, len(sqlkit.Tables))
-	dst := []any{&st.Bytes}
-	for i := range counts {
-		dst = append(dst, &counts[i])
-	}
-	if err := db.pool.QueryRow(ctx, q).Scan(dst...); err != nil {
-		return durable.Stats{}, wrap("stats", err)
-	}
-	for i, t := range sqlkit.Tables {
-		st.Rows[t] = counts[i]
-	}
-	return st, nil
+	var st durable.Stats
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var err error
+		if st.Rows, err = sqlkit.Rows(ctx, conn{tx}); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = current_schema() AND c.relkind = 'r'`).Scan(&st.Bytes)
+	})
+	return st, wrap("stats", err)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/big"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/internal/sqlkit"
@@ -197,11 +196,6 @@ func tail(ctx context.Context, q querier, key string) (sum, abs *big.Int, err er
 	return sum, abs, rows.Err()
 }
 
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // Rollup implements durable.Log: Prune, then one transaction that sums the
 // old rows of every key exactly and folds the keys whose total stays in
 // int64.
@@ -274,29 +268,12 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 	return rep, errors.Join(perr, ferr)
 }
 
-// Prune implements durable.Lifecycle.
+// Prune implements durable.Lifecycle; each statement commits on its own.
 func (db *DB) Prune(ctx context.Context) (durable.PruneReport, error) {
-	var rep durable.PruneReport
-	now := db.clock.Now()
-	err := db.inTx(ctx, "prune ids", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM ids WHERE seen_ns < ?`, now.Add(-db.keep.IDs).UnixNano())
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		rep.IDs = int(n)
-		return err
-	})
-	terr := db.inTx(ctx, "prune tombstones", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM clears WHERE cleared_ns < ?`, now.Add(-db.keep.Tombstones).UnixNano())
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		rep.Tombstones = int(n)
-		return err
-	})
-	return rep, errors.Join(err, terr)
+	if err := db.check(); err != nil {
+		return durable.PruneReport{}, err
+	}
+	return sqlkit.Prune(ctx, conn{db.w}, db.keep, db.clock.Now(), wrap)
 }
 
 // exact reads the totals of keys in tx: one statement, or, when a sum
@@ -352,7 +329,7 @@ var errSumOverflow = errors.New("sum overflow")
 // Exact implements durable.Log.
 func (db *DB) Exact(ctx context.Context, key string) (int64, error) {
 	m, err := db.ExactMulti(ctx, []string{key})
-	return m[key], err
+	return sqlkit.Exact(m, err, key)
 }
 
 // ExactMulti implements durable.Log, in one read transaction (one
@@ -378,26 +355,6 @@ func (db *DB) Keys(ctx context.Context, prefix string) ([]string, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	n := utf8.RuneCountInString(prefix)
-	rows, err := db.r.QueryContext(ctx, `SELECT key FROM totals WHERE substr(key, 1, ?1) = ?2
-		UNION SELECT key FROM events WHERE substr(key, 1, ?1) = ?2`, n, prefix)
-	if err != nil {
-		return nil, wrap("keys", err)
-	}
-	keys, err := scanStrings(rows)
-	return sqlkit.SortKeys(keys), wrap("keys", err)
-}
-
-// scanStrings reads one text column.
-func scanStrings(rows *sql.Rows) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	keys, err := sqlkit.Keys(ctx, conn{db.r}, dialect, prefix)
+	return keys, wrap("keys", err)
 }

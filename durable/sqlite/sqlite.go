@@ -242,25 +242,50 @@ var migrations = []string{
 // SchemaVersion is the schema version this build migrates to.
 var SchemaVersion = len(migrations)
 
-// sqlTx adapts *sql.Tx to sqlkit.Tx.
-type sqlTx struct{ tx *sql.Tx }
-
-func (t sqlTx) Exec(ctx context.Context, q string, args ...any) error {
-	_, err := t.tx.ExecContext(ctx, q, args...)
-	return err
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func (t sqlTx) Int(ctx context.Context, q string, args ...any) (int64, error) {
-	var n int64
-	err := t.tx.QueryRowContext(ctx, q, args...).Scan(&n)
-	return n, err
+// conn adapts a querier to sqlkit.Conn.
+type conn struct{ q querier }
+
+func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := c.q.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c conn) Query(ctx context.Context, q string, args []any, row func(func(...any) error) error) error {
+	rows, err := c.q.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// dialect is SQLite's: JSON arrays for lists.
+var dialect = sqlkit.Dialect{
+	In:     func(col string, n int) string { return fmt.Sprintf("%s IN (SELECT value FROM json_each($%d))", col, n) },
+	List:   func(s []string) any { return jsonList(s) },
+	Prefix: func(col string, n int) string { return fmt.Sprintf("substr(%s, 1, length($%d)) = $%[2]d", col, n) },
 }
 
 // migrate applies pending migrations in one transaction and reads the
 // store's identity and how long unscoped IDs stay relevant.
 func (db *DB) migrate(ctx context.Context) error {
 	return db.inTx(ctx, "migrate", func(tx *sql.Tx) error {
-		err := sqlkit.Migrate(ctx, sqlTx{tx}, sqlkit.Schema{
+		err := sqlkit.Migrate(ctx, conn{tx}, sqlkit.Schema{
 			VersionTable: `CREATE TABLE IF NOT EXISTS schema_version (
 				version    INTEGER PRIMARY KEY,
 				applied_ns INTEGER NOT NULL)`,

@@ -7,14 +7,6 @@ import (
 	"github.com/hotcount/hotcount/durable"
 )
 
-// Tx is a transaction of the migration runner.
-type Tx interface {
-	// Exec runs a statement (several, without arguments).
-	Exec(ctx context.Context, sql string, args ...any) error
-	// Int runs a query that returns one integer.
-	Int(ctx context.Context, sql string, args ...any) (int64, error)
-}
-
 // Schema describes the migrations of one backend.
 type Schema struct {
 	// VersionTable creates the schema_version table if missing.
@@ -31,14 +23,14 @@ type Schema struct {
 	Where string
 }
 
-// Migrate applies the pending steps within tx; the caller commits. A
-// schema newer than the steps is ErrSchemaVersion.
-func Migrate(ctx context.Context, tx Tx, s Schema) error {
-	if err := tx.Exec(ctx, s.VersionTable); err != nil {
+// Migrate applies the pending steps within transaction tx; the caller
+// commits. A schema newer than the steps is ErrSchemaVersion.
+func Migrate(ctx context.Context, tx Conn, s Schema) error {
+	if _, err := tx.Exec(ctx, s.VersionTable); err != nil {
 		return err
 	}
-	have, err := tx.Int(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`)
-	if err != nil {
+	var have int64
+	if err := QueryOne(ctx, tx, `SELECT coalesce(max(version), 0) FROM schema_version`, nil, &have); err != nil {
 		return err
 	}
 	if have > int64(len(s.Steps)) {
@@ -46,10 +38,10 @@ func Migrate(ctx context.Context, tx Tx, s Schema) error {
 			durable.ErrSchemaVersion, s.Where, have, len(s.Steps))
 	}
 	for v := have + 1; v <= int64(len(s.Steps)); v++ {
-		if err := tx.Exec(ctx, s.Steps[v-1]); err != nil {
+		if _, err := tx.Exec(ctx, s.Steps[v-1]); err != nil {
 			return fmt.Errorf("migration %d: %w", v, err)
 		}
-		if err := tx.Exec(ctx, s.Record, v, s.Now); err != nil {
+		if _, err := tx.Exec(ctx, s.Record, v, s.Now); err != nil {
 			return fmt.Errorf("migration %d: %w", v, err)
 		}
 	}
