@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-		"runtime"
+	"runtime"
 	"sync"
 	"testing"
 	"time"

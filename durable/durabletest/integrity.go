@@ -85,7 +85,7 @@ func testOverflowIsolated(t *testing.T, open func(t *testing.T) durable.Backend)
 	// Its ID was not recorded: a retry fails again, it is no duplicate.
 	wantErr(t, "retry of the overflowing event", appendRes(t, b, ev("a", 10, "a3"))[0].Err, store.ErrOverflow)
 	// The same on the negative side.
-	appendOK(t, b, ev("a", -(max - 1), "a5"), ev("a", math.MinInt64, "a6"))
+	appendOK(t, b, ev("a", -(max-1), "a5"), ev("a", math.MinInt64, "a6"))
 	wantExact(t, b, "a", math.MinInt64)
 	res = appendRes(t, b, ev("a", -1, "a7"), ev("b", -3, "b3"), ev("a", 1, "a8"))
 	wantErr(t, "negative overflow", res[0].Err, store.ErrOverflow)

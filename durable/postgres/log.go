@@ -397,20 +397,6 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 	return rep, perr
 }
 
-// Prune implements durable.Lifecycle.
-func (db *DB) Prune(ctx context.Context) (durable.PruneReport, error) {
-	if err := db.check(); err != nil {
-		return durable.PruneReport{}, err
-	}
-	return sqlkit.Prune(ctx, conn{db.pool}, db.keep, db.clock.Now(), wrap)
-}
-
-// Exact implements durable.Log.
-func (db *DB) Exact(ctx context.Context, key string) (int64, error) {
-	m, err := db.ExactMulti(ctx, []string{key})
-	return sqlkit.Exact(m, err, key)
-}
-
 // ExactMulti implements durable.Log, in one statement (one snapshot).
 func (db *DB) ExactMulti(ctx context.Context, keys []string) (map[string]int64, error) {
 	if err := db.check(); err != nil {
@@ -441,13 +427,4 @@ func (db *DB) ExactMulti(ctx context.Context, keys []string) (map[string]int64, 
 		return nil, wrap("exact", err)
 	}
 	return out, errors.Join(bad...)
-}
-
-// Keys implements durable.Log.
-func (db *DB) Keys(ctx context.Context, prefix string) ([]string, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	keys, err := sqlkit.Keys(ctx, conn{db.pool}, dialect, prefix)
-	return keys, wrap("keys", err)
 }

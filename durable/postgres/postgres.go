@@ -58,7 +58,6 @@ import (
 	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/internal/sqlkit"
-	"github.com/hotcount/hotcount/store"
 )
 
 // Config configures Open. The zero value of every field but URL is its
@@ -86,8 +85,12 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// common is embedded by DB (an alias, so that the field is unexported).
+type common = sqlkit.Common
+
 // DB is a PostgreSQL durable backend. It implements durable.Backend.
 type DB struct {
+	*common
 	pool   *pgxpool.Pool
 	keep   sqlkit.Retention
 	clock  clock.Clock
@@ -97,7 +100,6 @@ type DB struct {
 	stripe *sqlkit.Stripe
 	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
 	slow   slowKeys
-	closed atomic.Bool
 }
 
 var (
@@ -147,6 +149,8 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		locks:  int32(h.Sum32()),
 		stripe: sqlkit.NewStripe(rand.Uint32()),
 	}
+	db.common = sqlkit.NewCommon(sqlkit.CommonConfig{Read: conn{pool}, Write: conn{pool}, Dialect: dialect, Keep: keep,
+		Now: db.clock.Now, Wrap: wrap, ExactMulti: db.ExactMulti})
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -166,18 +170,13 @@ func (db *DB) StoreID() string { return db.id }
 
 // Close closes the pool. It is idempotent.
 func (db *DB) Close() error {
-	if !db.closed.Swap(true) {
+	if sqlkit.Shut(db.common) {
 		db.pool.Close()
 	}
 	return nil
 }
 
-func (db *DB) check() error {
-	if db.closed.Load() {
-		return store.ErrClosed
-	}
-	return nil
-}
+func (db *DB) check() error { return sqlkit.Check(db.common) }
 
 // migrations are applied in order; migrations[i] brings the schema to
 // version i+1. Never edit an applied one: append a new one.
@@ -258,12 +257,7 @@ func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 func (c conn) Query(ctx context.Context, q string, args []any, row func(func(...any) error) error) error {
 	rows, _ := c.q.Query(ctx, q, args...)
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlkit.Each(rows, row)
 }
 
 // dialect is PostgreSQL's: text arrays for lists.

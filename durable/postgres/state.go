@@ -48,41 +48,6 @@ func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) err
 	return wrap("save checkpoints", err)
 }
 
-// LoadCheckpoints implements durable.Checkpoints.
-func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	m, err := sqlkit.LoadCheckpoints(ctx, conn{db.pool}, dialect, keys)
-	return m, wrap("load checkpoints", err)
-}
-
-// ListCheckpoints implements durable.Checkpoints.
-func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	cps, err := sqlkit.ListCheckpoints(ctx, conn{db.pool}, dialect, prefix)
-	return cps, wrap("list checkpoints", err)
-}
-
-// SaveMeta implements durable.Meta.
-func (db *DB) SaveMeta(ctx context.Context, key string, data []byte) error {
-	if err := db.check(); err != nil {
-		return err
-	}
-	return wrap("save meta", sqlkit.SaveMeta(ctx, conn{db.pool}, key, data, db.clock.Now()))
-}
-
-// LoadMeta implements durable.Meta.
-func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	data, err := sqlkit.LoadMeta(ctx, conn{db.pool}, key)
-	return data, wrap("load meta", err)
-}
-
 // ClearCounter implements durable.Lifecycle in one transaction. It holds
 // the rollup lock shared and its counter's checkpoint bucket exclusively
 // (see the package documentation).
@@ -103,15 +68,6 @@ func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error 
 	return wrap("clear", err)
 }
 
-// Tombstones implements durable.Lifecycle.
-func (db *DB) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	m, err := sqlkit.Tombstones(ctx, conn{db.pool}, dialect, keys)
-	return m, wrap("tombstones", err)
-}
-
 // Stats implements durable.Lifecycle: row counts, and
 // pg_total_relation_size (tables, indexes, TOAST) of every table of the
 // schema.
@@ -122,7 +78,7 @@ func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	var st durable.Stats
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		var err error
-		if st.Rows, err = sqlkit.Rows(ctx, conn{tx}); err != nil {
+		if st.Rows, err = sqlkit.CountRows(ctx, conn{tx}); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint

@@ -268,14 +268,6 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 	return rep, errors.Join(perr, ferr)
 }
 
-// Prune implements durable.Lifecycle; each statement commits on its own.
-func (db *DB) Prune(ctx context.Context) (durable.PruneReport, error) {
-	if err := db.check(); err != nil {
-		return durable.PruneReport{}, err
-	}
-	return sqlkit.Prune(ctx, conn{db.w}, db.keep, db.clock.Now(), wrap)
-}
-
 // exact reads the totals of keys in tx: one statement, or, when a sum
 // overflows along the way, an exact sum per key.
 func exact(ctx context.Context, tx *sql.Tx, keys []string) (map[string]int64, error) {
@@ -326,12 +318,6 @@ func exact(ctx context.Context, tx *sql.Tx, keys []string) (map[string]int64, er
 
 var errSumOverflow = errors.New("sum overflow")
 
-// Exact implements durable.Log.
-func (db *DB) Exact(ctx context.Context, key string) (int64, error) {
-	m, err := db.ExactMulti(ctx, []string{key})
-	return sqlkit.Exact(m, err, key)
-}
-
 // ExactMulti implements durable.Log, in one read transaction (one
 // snapshot).
 func (db *DB) ExactMulti(ctx context.Context, keys []string) (map[string]int64, error) {
@@ -348,13 +334,4 @@ func (db *DB) ExactMulti(ctx context.Context, keys []string) (map[string]int64, 
 		return err
 	})
 	return out, err
-}
-
-// Keys implements durable.Log.
-func (db *DB) Keys(ctx context.Context, prefix string) ([]string, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	keys, err := sqlkit.Keys(ctx, conn{db.r}, dialect, prefix)
-	return keys, wrap("keys", err)
 }

@@ -38,7 +38,6 @@ import (
 	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/internal/sqlkit"
-	"github.com/hotcount/hotcount/store"
 )
 
 // Defaults of Config.
@@ -79,15 +78,18 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// common is embedded by DB (an alias, so that the field is unexported).
+type common = sqlkit.Common
+
 // DB is a SQLite durable backend. It implements durable.Backend.
 type DB struct {
+	*common
 	w, r   *sql.DB
 	keep   sqlkit.Retention
 	clock  clock.Clock
 	path   string
 	id     string
 	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
-	closed atomic.Bool
 }
 
 var _ durable.Backend = (*DB)(nil)
@@ -119,9 +121,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if cfg.RelaxedSync {
 		syncMode = "NORMAL"
 	}
-	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)",
+	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)",
 		busy.Milliseconds(), syncMode)
-	w, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate")
+	w, err := sql.Open("sqlite", path+"?"+params+"&_txlock=immediate")
 	if err != nil {
 		return nil, wrap("open", err)
 	}
@@ -129,19 +131,20 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	db := &DB{w: w, keep: keep, clock: clock.OrReal(cfg.Clock), path: path}
-	if err := db.migrate(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	r, err := sql.Open("sqlite", path+"?"+common+"&_pragma=query_only(1)")
+	r, err := sql.Open("sqlite", path+"?"+params+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
 		return nil, wrap("open", err)
 	}
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
-	db.r = r
+	db := &DB{w: w, r: r, keep: keep, clock: clock.OrReal(cfg.Clock), path: path}
+	db.common = sqlkit.NewCommon(sqlkit.CommonConfig{Read: conn{r}, Write: conn{w}, Dialect: dialect, Keep: keep,
+		Now: db.clock.Now, Wrap: wrap, ExactMulti: db.ExactMulti})
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return db, nil
 }
 
@@ -161,18 +164,13 @@ func (db *DB) StoreID() string { return db.id }
 
 // Close closes both pools. It is idempotent.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) {
+	if !sqlkit.Shut(db.common) {
 		return nil
 	}
 	return errors.Join(db.r.Close(), db.w.Close())
 }
 
-func (db *DB) check() error {
-	if db.closed.Load() {
-		return store.ErrClosed
-	}
-	return nil
-}
+func (db *DB) check() error { return sqlkit.Check(db.common) }
 
 // migrations are applied in order; migrations[i] brings the schema to
 // version i+1. Never edit an applied one: append a new one.
@@ -266,12 +264,7 @@ func (c conn) Query(ctx context.Context, q string, args []any, row func(func(...
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlkit.Each(rows, row)
 }
 
 // dialect is SQLite's: JSON arrays for lists.

@@ -34,41 +34,6 @@ func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) err
 	})
 }
 
-// LoadCheckpoints implements durable.Checkpoints.
-func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	m, err := sqlkit.LoadCheckpoints(ctx, conn{db.r}, dialect, keys)
-	return m, wrap("load checkpoints", err)
-}
-
-// ListCheckpoints implements durable.Checkpoints.
-func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	cps, err := sqlkit.ListCheckpoints(ctx, conn{db.r}, dialect, prefix)
-	return cps, wrap("list checkpoints", err)
-}
-
-// SaveMeta implements durable.Meta.
-func (db *DB) SaveMeta(ctx context.Context, key string, data []byte) error {
-	if err := db.check(); err != nil {
-		return err
-	}
-	return wrap("save meta", sqlkit.SaveMeta(ctx, conn{db.w}, key, data, db.clock.Now()))
-}
-
-// LoadMeta implements durable.Meta.
-func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	data, err := sqlkit.LoadMeta(ctx, conn{db.r}, key)
-	return data, wrap("load meta", err)
-}
-
 // ClearCounter implements durable.Lifecycle in one transaction.
 func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
 	if err := sqlkit.ClearKey(key); err != nil {
@@ -79,22 +44,13 @@ func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error 
 	})
 }
 
-// Tombstones implements durable.Lifecycle.
-func (db *DB) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	m, err := sqlkit.Tombstones(ctx, conn{db.r}, dialect, keys)
-	return m, wrap("tombstones", err)
-}
-
 // Stats implements durable.Lifecycle: row counts, and the pages of the
 // database file plus the write-ahead log.
 func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	var st durable.Stats
 	err := db.inReadTx(ctx, "stats", func(tx *sql.Tx) error {
 		var err error
-		if st.Rows, err = sqlkit.Rows(ctx, conn{tx}); err != nil {
+		if st.Rows, err = sqlkit.CountRows(ctx, conn{tx}); err != nil {
 			return err
 		}
 		return tx.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&st.Bytes)

@@ -52,10 +52,10 @@ type Batch struct {
 	Now int64
 
 	res   []durable.Result
-	first []int          // per event: index of the first event with its (Key, ID); -1 if invalid
-	open  []bool         // per first occurrence: outcome still to decide
-	order []int          // first occurrences, sorted by (Key, ID)
-	index map[idKey]int  // (Key, ID) → first occurrence
+	first []int         // per event: index of the first event with its (Key, ID); -1 if invalid
+	open  []bool        // per first occurrence: outcome still to decide
+	order []int         // first occurrences, sorted by (Key, ID)
+	index map[idKey]int // (Key, ID) → first occurrence
 	byKey map[string][]int
 	fail  []int // first occurrences that failed in Settle
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Conn runs statements on a pool, a connection or a transaction of one
@@ -199,8 +201,8 @@ func Keys(ctx context.Context, c Conn, d Dialect, prefix string) ([]string, erro
 	return SortKeys(keys), err
 }
 
-// Rows counts the rows of every table.
-func Rows(ctx context.Context, c Conn) (map[string]int64, error) {
+// CountRows counts the rows of every table.
+func CountRows(ctx context.Context, c Conn) (map[string]int64, error) {
 	out := make(map[string]int64, len(Tables))
 	for _, t := range Tables {
 		var n int64
@@ -212,5 +214,124 @@ func Rows(ctx context.Context, c Conn) (map[string]int64, error) {
 	return out, nil
 }
 
-// Exact returns the value of key from ExactMulti's answer.
-func Exact(m map[string]int64, err error, key string) (int64, error) { return m[key], err }
+// Rows is what pgx.Rows and *sql.Rows share.
+type Rows interface {
+	Next() bool
+	Scan(dst ...any) error
+	Err() error
+}
+
+// Each calls row for every row of rows; the caller closes rows.
+func Each(rows Rows, row func(scan func(dst ...any) error) error) error {
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Common implements the operations of durable.Backend that are the same in
+// every backend; a backend embeds it.
+type Common struct {
+	cfg    CommonConfig
+	closed atomic.Bool
+}
+
+// CommonConfig configures NewCommon.
+type CommonConfig struct {
+	// Read runs reads, Write runs writes (each statement its own
+	// transaction).
+	Read, Write Conn
+	// Dialect is the backend's.
+	Dialect Dialect
+	// Keep is the retention of IDs and tombstones.
+	Keep Retention
+	// Now tells the time.
+	Now func() time.Time
+	// Wrap classifies the errors of an operation.
+	Wrap func(op string, err error) error
+	// ExactMulti is the backend's.
+	ExactMulti func(ctx context.Context, keys []string) (map[string]int64, error)
+}
+
+// NewCommon returns the shared operations of a backend.
+func NewCommon(cfg CommonConfig) *Common { return &Common{cfg: cfg} }
+
+// Check returns store.ErrClosed once c is closed.
+func Check(c *Common) error {
+	if c.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// Shut marks c closed and reports whether it was open.
+func Shut(c *Common) bool { return !c.closed.Swap(true) }
+
+// Exact implements durable.Log.
+func (c *Common) Exact(ctx context.Context, key string) (int64, error) {
+	m, err := c.cfg.ExactMulti(ctx, []string{key})
+	return m[key], err
+}
+
+// LoadCheckpoints implements durable.Checkpoints.
+func (c *Common) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := LoadCheckpoints(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("load checkpoints", err)
+}
+
+// ListCheckpoints implements durable.Checkpoints.
+func (c *Common) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	cps, err := ListCheckpoints(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return cps, c.cfg.Wrap("list checkpoints", err)
+}
+
+// SaveMeta implements durable.Meta.
+func (c *Common) SaveMeta(ctx context.Context, key string, data []byte) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	return c.cfg.Wrap("save meta", SaveMeta(ctx, c.cfg.Write, key, data, c.cfg.Now()))
+}
+
+// LoadMeta implements durable.Meta.
+func (c *Common) LoadMeta(ctx context.Context, key string) ([]byte, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	data, err := LoadMeta(ctx, c.cfg.Read, key)
+	return data, c.cfg.Wrap("load meta", err)
+}
+
+// Tombstones implements durable.Lifecycle.
+func (c *Common) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := Tombstones(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("tombstones", err)
+}
+
+// Prune implements durable.Lifecycle; each statement commits on its own.
+func (c *Common) Prune(ctx context.Context) (durable.PruneReport, error) {
+	if err := Check(c); err != nil {
+		return durable.PruneReport{}, err
+	}
+	return Prune(ctx, c.cfg.Write, c.cfg.Keep, c.cfg.Now(), c.cfg.Wrap)
+}
+
+// Keys implements durable.Log.
+func (c *Common) Keys(ctx context.Context, prefix string) ([]string, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	keys, err := Keys(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return keys, c.cfg.Wrap("keys", err)
+}

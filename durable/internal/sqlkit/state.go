@@ -45,9 +45,9 @@ func LatestCheckpoints(cps []durable.Checkpoint) []durable.Checkpoint {
 // CheckpointRow is a checkpoint in stored form, with the counter it
 // belongs to (for tombstones).
 type CheckpointRow struct {
-	Key, Counter   string
-	Total, Epoch   int64
-	At             int64 // Unix nanoseconds (Nanos)
+	Key, Counter string
+	Total, Epoch int64
+	At           int64 // Unix nanoseconds (Nanos)
 }
 
 // CheckpointRows validates cps, keeps the newest per key and converts them
