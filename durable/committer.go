@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,11 @@ type CommitterConfig struct {
 	// DefaultCommitTimeout).
 	CommitTimeout time.Duration
 	// FixedDelay makes every partial batch wait out MaxDelay. By default a
-	// partial batch is also cut as soon as it holds as many events as the
-	// previous batch did: the callers of the last batch are back, and under
-	// a steady load more are unlikely to arrive sooner than MaxDelay.
+	// partial batch is also cut, when a commit slot is free, as soon as it
+	// holds its share of the callers: the most events outstanding lately
+	// (accepted, not yet committed) divided by MaxInFlight. Under a steady
+	// closed-loop load of N callers that keeps MaxInFlight batches of about
+	// N/MaxInFlight in flight, so one commits while the next is written.
 	FixedDelay bool
 	// MaxInFlight is how many batches may be committing at once. The
 	// default is the Appender's AppendConcurrency when it implements
@@ -97,7 +100,14 @@ type Committer struct {
 	cur     *batch   // filling; nil when empty
 	ready   []*batch // sealed at MaxBatch, oldest first
 	closing bool
-	catchUp int // cut cur at this size (the last batch's); 0: no estimate
+
+	// outstanding counts events accepted and not yet committed; peak is
+	// its recent maximum, halving every peakHalfLife (as of peakAt); target
+	// is the size at which a partial batch is cut, peak/MaxInFlight.
+	outstanding int
+	peak        float64
+	peakAt      time.Time
+	target      int
 
 	wake  chan struct{} // cap 1: a batch started, caught up or sealed, or Close
 	slots chan struct{} // cap MaxInFlight: one token per committing batch
@@ -177,11 +187,13 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	}
 	i := len(b.events)
 	b.events = append(b.events, e)
+	c.outstanding++
+	c.peak = max(c.peak, float64(c.outstanding))
 	if len(b.events) >= c.cfg.MaxBatch {
 		c.ready = append(c.ready, b)
 		c.cur = nil
 		c.signal()
-	} else if len(b.events) == c.catchUp {
+	} else if len(b.events) == c.target {
 		c.signal()
 	}
 	c.mu.Unlock()
@@ -241,6 +253,10 @@ func (c *Committer) run() {
 	}
 }
 
+// peakHalfLife is how fast the estimate of the callers in flight forgets
+// a load that went away.
+const peakHalfLife = time.Second
+
 // next waits for the next batch and starts its commit; it returns false
 // when the committer is closing and has nothing left.
 func (c *Committer) next() bool {
@@ -254,16 +270,15 @@ func (c *Committer) next() bool {
 			c.ready[0] = nil
 			c.ready = c.ready[1:]
 		case c.cur != nil:
-			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(c.cfg.Clock.Now())
-			if wait <= 0 || c.closing || (c.catchUp > 0 && len(c.cur.events) >= c.catchUp) {
+			now := c.cfg.Clock.Now()
+			c.updateTarget(now)
+			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(now)
+			if wait <= 0 || c.closing || (!c.cfg.FixedDelay && len(c.cur.events) >= c.target) {
 				b, c.cur = c.cur, nil
 			}
 		case c.closing:
 			c.mu.Unlock()
 			return false
-		}
-		if b != nil && !c.cfg.FixedDelay {
-			c.catchUp = len(b.events)
 		}
 		c.mu.Unlock()
 
@@ -282,6 +297,17 @@ func (c *Committer) next() bool {
 	}
 }
 
+// updateTarget decays the peak to now and sets the target batch size;
+// the caller holds mu.
+func (c *Committer) updateTarget(now time.Time) {
+	if dt := now.Sub(c.peakAt); dt > 0 {
+		c.peak *= math.Exp2(-float64(dt) / float64(peakHalfLife))
+		c.peakAt = now
+	}
+	c.peak = max(c.peak, float64(c.outstanding))
+	c.target = max(1, int(math.Ceil(c.peak/float64(c.cfg.MaxInFlight))))
+}
+
 // commit writes one batch, releases its waiters and frees its slot.
 func (c *Committer) commit(b *batch) {
 	defer func() { <-c.slots }()
@@ -293,6 +319,9 @@ func (c *Committer) commit(b *batch) {
 			ErrBackend, len(res), len(b.events))
 	}
 	b.res, b.err = res, err
+	c.mu.Lock()
+	c.outstanding -= len(b.events)
+	c.mu.Unlock()
 	c.batches.Add(1)
 	c.events.Add(uint64(len(b.events)))
 	if err != nil {

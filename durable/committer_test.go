@@ -110,7 +110,7 @@ func newCommitter(t *testing.T, log durable.Appender, cfg durable.CommitterConfi
 func TestCommitterCutsOnTime(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
 	res := appendAsync(c, context.Background(), "t", 3)
 	waitFor(t, "3 pending events and an armed timer", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
 	clk.Advance(time.Millisecond)
@@ -131,7 +131,7 @@ func TestCommitterCutsOnTime(t *testing.T) {
 func TestCommitterCutsOnSize(t *testing.T) {
 	clk := clock.NewFake() // never advanced: only size cuts
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "s", 8)
 	for _, r := range collect(t, res, 8) {
 		if r.err != nil || r.dup {
@@ -146,7 +146,7 @@ func TestCommitterCutsOnSize(t *testing.T) {
 func TestCommitterDuplicateInBatch(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
 	out := make(chan result, 5)
 	for range 5 {
 		go func() {
@@ -171,7 +171,7 @@ func TestCommitterDuplicateInBatch(t *testing.T) {
 func TestCommitterCloseDrains(t *testing.T) {
 	clk := clock.NewFake() // never advanced: only Close cuts
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "c", 5)
 	waitFor(t, "5 pending events", func() bool { return c.Pending() == 5 })
 	if err := c.Close(context.Background()); err != nil {
@@ -197,7 +197,7 @@ func TestCommitterAppendError(t *testing.T) {
 	log := newMemLog()
 	boom := fmt.Errorf("%w: disk on fire", store.ErrUnavailable)
 	log.err = boom
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 3, MaxDelay: time.Hour, Clock: clock.NewFake()})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 3, MaxDelay: time.Hour, Clock: clock.NewFake()})
 	for _, r := range collect(t, appendAsync(c, context.Background(), "e", 3), 3) {
 		if !errors.Is(r.err, store.ErrUnavailable) {
 			t.Fatalf("Append err = %v, want ErrUnavailable", r.err)
@@ -208,7 +208,7 @@ func TestCommitterAppendError(t *testing.T) {
 func TestCommitterContextCanceled(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxDelay: time.Hour, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	res := appendAsync(c, ctx, "x", 1)
 	waitFor(t, "1 pending event", func() bool { return c.Pending() == 1 })
@@ -263,7 +263,8 @@ func TestCheckpointNewer(t *testing.T) {
 	}
 }
 
-// gateLog blocks every AppendEvents until release is closed.
+// gateLog blocks every AppendEvents until it takes a token from release,
+// or release is closed.
 type gateLog struct {
 	*memLog
 	mu      sync.Mutex
@@ -306,32 +307,43 @@ func TestCommitterMaxInFlight(t *testing.T) {
 	}
 }
 
-func TestCommitterCatchesUpWithLastBatch(t *testing.T) {
-	for _, fixed := range []bool{false, true} {
-		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
-			clk := clock.NewFake()
-			log := newMemLog()
-			c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, FixedDelay: fixed, Clock: clk})
-			// First batch: no estimate yet, so the timer cuts it.
-			res := appendAsync(c, context.Background(), "a", 3)
-			waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
-			clk.Advance(2 * time.Millisecond)
-			collect(t, res, 3)
-			// Second batch of the same size: cut on reaching 3 without the
-			// clock moving, unless FixedDelay.
-			res = appendAsync(c, context.Background(), "b", 3)
-			if fixed {
-				waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
-				if n := len(log.sizes()); n != 1 {
-					t.Fatalf("FixedDelay: %d batches before the timer, want 1", n)
-				}
-				clk.Advance(2 * time.Millisecond)
-			}
-			collect(t, res, 3)
-			if got := fmt.Sprint(log.sizes()); got != "[3 3]" {
-				t.Fatalf("batches %s, want [3 3]", got)
-			}
-		})
+// TestCommitterCutsAtShareOfCallers: without FixedDelay, a partial batch
+// is cut, when a slot is free, once it holds peak outstanding events /
+// MaxInFlight; the peak decays when the load goes.
+func TestCommitterCutsAtShareOfCallers(t *testing.T) {
+	clk := clock.NewFake() // the MaxDelay timer never fires
+	g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
+	c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, MaxInFlight: 1, Clock: clk})
+	// A lone event is its own share: cut at once.
+	res := appendAsync(c, context.Background(), "a", 1)
+	waitFor(t, "the first batch in flight", func() bool { return g.inFlight() == 1 })
+	// Three more arrive while it commits: four callers are outstanding.
+	more := appendAsync(c, context.Background(), "b", 3)
+	waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 })
+	g.release <- struct{}{}
+	collect(t, res, 1)
+	// The slot is free, but 3 < 4: the batch waits for the fourth caller.
+	waitFor(t, "the first batch recorded", func() bool { return len(g.sizes()) == 1 })
+	runtime.Gosched()
+	if c.Pending() != 3 || g.inFlight() != 1 {
+		t.Fatalf("cut before its share: pending %d, calls %d", c.Pending(), g.inFlight())
+	}
+	last := appendAsync(c, context.Background(), "c", 1)
+	waitFor(t, "the second batch in flight", func() bool { return g.inFlight() == 2 })
+	g.release <- struct{}{}
+	collect(t, more, 3)
+	collect(t, last, 1)
+	if got := fmt.Sprint(g.sizes()); got != "[1 4]" {
+		t.Fatalf("batches %s, want [1 4]", got)
+	}
+	// Ten half-lives later the load is forgotten: a lone event goes at once.
+	clk.Advance(10 * time.Second)
+	res = appendAsync(c, context.Background(), "d", 1)
+	waitFor(t, "the third batch in flight", func() bool { return g.inFlight() == 3 })
+	g.release <- struct{}{}
+	collect(t, res, 1)
+	if got := fmt.Sprint(g.sizes()); got != "[1 4 1]" {
+		t.Fatalf("batches %s, want [1 4 1]", got)
 	}
 }
 
@@ -352,7 +364,7 @@ func TestCommitterInFlightFromAppender(t *testing.T) {
 // event that fails alone does not fail the others of its batch.
 func TestCommitterPerEventResult(t *testing.T) {
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clock.NewFake()})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 4, MaxDelay: time.Hour, Clock: clock.NewFake()})
 	out := make(chan error, 4)
 	for i, d := range []int64{1, -1, 2, 3} {
 		go func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hotcount/hotcount/durable"
@@ -30,13 +31,16 @@ const raiseBounds = `INSERT INTO bounds (key, stripe, mag)
 		WHEN bounds.mag > 9223372036854775807 - excluded.mag THEN 9223372036854775807
 		ELSE bounds.mag + excluded.mag END`
 
-// checkAndLog inserts the log rows of the keys checked cheaply and returns
-// those of them whose bound is above $6 (the batch is then started over).
+// checkAndLog inserts the log rows of the keys checked cheaply, and fails
+// (bound_exceeded, SQLSTATE HC001, the key as message) when the bound of
+// one of them is above $6: the batch is then started over. So the COMMIT
+// queued behind it in the same round trip commits only a batch whose
+// every key passed.
 const checkAndLog = `WITH added AS (
 		INSERT INTO events (key, delta, at_ns, n)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
 	)
-	SELECT k FROM unnest($5::text[]) AS f (k)
+	SELECT bound_exceeded(k) FROM unnest($5::text[]) AS f (k)
 	WHERE abs(coalesce((SELECT total FROM totals WHERE key = f.k), 0)::numeric)
 		+ coalesce((SELECT sum(mag) FROM bounds WHERE key = f.k), 0) > $6`
 
@@ -69,7 +73,8 @@ func (db *DB) AppendEvents(ctx context.Context, events []durable.Event) ([]durab
 		return nil, err
 	}
 	now := db.clock.Now().UnixNano()
-	if b := sqlkit.NewBatch(events, now); len(b.Pending()) == 0 {
+	b := sqlkit.NewBatch(events, now)
+	if len(b.Pending()) == 0 {
 		return b.Finish(), nil
 	}
 	conn, err := db.pool.Acquire(ctx)
@@ -79,7 +84,9 @@ func (db *DB) AppendEvents(ctx context.Context, events []durable.Event) ([]durab
 	defer conn.Release()
 	a := appender{db: db, conn: conn, stripe: db.stripe.Next(), exact: map[string]bool{}, optimistic: true}
 	for attempt := 1; ; attempt++ {
-		b := sqlkit.NewBatch(events, now)
+		if attempt > 1 {
+			b = sqlkit.NewBatch(events, now) // the last try marked b
+		}
 		again, err := a.try(ctx, b)
 		if err == nil && !again {
 			return b.Finish(), nil
@@ -166,16 +173,11 @@ func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err er
 		fast = append(fast, k.Key)
 		bk, bs, bm = append(bk, k.Key), append(bs, int16(a.stripe)), append(bm, k.Abs)
 	}
-	var over []string
 	tails := map[string][2]*big.Int{}
 	if len(bk) > 0 {
 		pipe.Queue(raiseBounds, bk, bs, bm)
 		rk, rd, ra, rn := rowArrays(b.Rows(), func(k string) bool { return !a.exact[k] })
-		pipe.Queue(checkAndLog, rk, rd, ra, rn, fast, int64(sqlkit.FastBound)).Query(func(rows pgx.Rows) error {
-			var err error
-			over, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		})
+		pipe.Queue(checkAndLog, rk, rd, ra, rn, fast, int64(sqlkit.FastBound))
 	}
 	if len(slow) > 0 {
 		pipe.Queue(exactTails, slow).Query(func(rows pgx.Rows) error {
@@ -192,22 +194,23 @@ func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err er
 			return err
 		})
 	}
+	if len(slow) == 0 {
+		a.queueCommit(pipe)
+	}
 	if err := a.send(ctx, pipe); err != nil {
 		if a.optimistic && isUnique(err) {
 			a.optimistic = false
 			return true, nil
 		}
-		return false, err
-	}
-	if len(over) > 0 {
-		for _, k := range over {
+		if k, ok := boundExceeded(err); ok {
 			a.exact[k] = true
 			a.db.slow.set(k, true)
+			return true, nil
 		}
-		return true, nil
+		return false, err
 	}
 	if len(slow) == 0 {
-		return false, a.commit(ctx)
+		return false, nil
 	}
 	return false, a.settle(ctx, b, slow, tails)
 }
@@ -256,10 +259,8 @@ func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, t
 		pipe.Queue(deleteIDs, fk, fi)
 	}
 	pipe.Queue(resetBounds, slow, ms)
-	if err := a.send(ctx, pipe); err != nil {
-		return err
-	}
-	return a.commit(ctx)
+	a.queueCommit(pipe)
+	return a.send(ctx, pipe)
 }
 
 // insertNew inserts the IDs not stored yet and marks the others duplicates
@@ -330,16 +331,17 @@ func (a *appender) send(ctx context.Context, pipe *pgx.Batch) error {
 	return a.conn.SendBatch(ctx, pipe).Close()
 }
 
-func (a *appender) commit(ctx context.Context) error {
-	tag, err := a.conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		return err
-	}
-	a.open = false
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("%w: append: transaction was rolled back (%s)", durable.ErrBackend, tag)
-	}
-	return nil
+// queueCommit queues COMMIT last in pipe. In a pipeline, a failed
+// statement skips the rest, so COMMIT runs only when all before it
+// succeeded; its tag is checked all the same.
+func (a *appender) queueCommit(pipe *pgx.Batch) {
+	pipe.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		a.open = false
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("%w: append: transaction was rolled back (%s)", durable.ErrBackend, tag)
+		}
+		return nil
+	})
 }
 
 // rowArrays splits the rows whose key keep accepts into column arrays.

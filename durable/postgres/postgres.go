@@ -234,7 +234,11 @@ var migrations = []string{
 	);
 	CREATE INDEX clears_cleared ON clears (cleared_ns);
 	CREATE TABLE store_info (id text NOT NULL);
-	INSERT INTO store_info (id) VALUES (replace(gen_random_uuid()::text, '-', ''));`,
+	INSERT INTO store_info (id) VALUES (replace(gen_random_uuid()::text, '-', ''));
+	CREATE FUNCTION bound_exceeded(k text) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		RAISE EXCEPTION USING ERRCODE = 'HC001', MESSAGE = k;
+	END $$;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
@@ -335,6 +339,16 @@ func transient(err error) bool {
 		return true
 	}
 	return pe.Code == "55P03"
+}
+
+// boundExceeded returns the key whose bound the statement found too high
+// (function bound_exceeded).
+func boundExceeded(err error) (string, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "HC001" {
+		return pe.Message, true
+	}
+	return "", false
 }
 
 // isUnique reports whether err is a unique violation.

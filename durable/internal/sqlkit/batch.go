@@ -52,15 +52,12 @@ type Batch struct {
 	Now int64
 
 	res   []durable.Result
-	first []int         // per event: index of the first event with its (Key, ID); -1 if invalid
-	open  []bool        // per first occurrence: outcome still to decide
-	order []int         // first occurrences, sorted by (Key, ID)
-	index map[idKey]int // (Key, ID) → first occurrence
+	first []int  // per event: index of the first event with its (Key, ID); -1 if invalid
+	open  []bool // per first occurrence: outcome still to decide
+	order []int  // first occurrences, sorted by (Key, ID)
 	byKey map[string][]int
 	fail  []int // first occurrences that failed in Settle
 }
-
-type idKey struct{ key, id string }
 
 // NewBatch plans events appended at now (Unix nanoseconds).
 func NewBatch(events []durable.Event, now int64) *Batch {
@@ -70,34 +67,40 @@ func NewBatch(events []durable.Event, now int64) *Batch {
 		res:    make([]durable.Result, len(events)),
 		first:  make([]int, len(events)),
 		open:   make([]bool, len(events)),
-		index:  make(map[idKey]int, len(events)),
+		order:  make([]int, 0, len(events)),
 	}
 	for i, e := range events {
 		switch {
 		case !durable.ValidKey(e.Key):
 			b.res[i].Err = fmt.Errorf("%w: event %d: bad key %q", durable.ErrInvalidEvent, i, e.Key)
 			b.first[i] = -1
-			continue
 		case !durable.ValidKey(e.ID):
 			b.res[i].Err = fmt.Errorf("%w: event %d: bad id %q", durable.ErrInvalidEvent, i, e.ID)
 			b.first[i] = -1
+		default:
+			b.order = append(b.order, i)
+		}
+	}
+	// Sorted by (Key, ID, index), the repeats of an event follow it.
+	slices.SortFunc(b.order, func(x, y int) int { return cmp.Or(b.compare(x, events[y].Key, events[y].ID), x-y) })
+	out := b.order[:0]
+	for _, i := range b.order {
+		if n := len(out); n > 0 && b.compare(out[n-1], events[i].Key, events[i].ID) == 0 {
+			b.first[i] = out[n-1]
 			continue
 		}
-		k := idKey{e.Key, e.ID}
-		if j, ok := b.index[k]; ok {
-			b.first[i] = j
-			continue
-		}
-		b.index[k] = i
 		b.first[i] = i
 		b.open[i] = true
-		b.order = append(b.order, i)
+		out = append(out, i)
 	}
-	slices.SortFunc(b.order, func(x, y int) int {
-		ex, ey := &events[x], &events[y]
-		return cmp.Or(cmp.Compare(ex.Key, ey.Key), cmp.Compare(ex.ID, ey.ID))
-	})
+	b.order = out
 	return b
+}
+
+// compare orders event i against (key, id).
+func (b *Batch) compare(i int, key, id string) int {
+	e := &b.Events[i]
+	return cmp.Or(cmp.Compare(e.Key, key), cmp.Compare(e.ID, id))
 }
 
 // Pending returns the first occurrences whose outcome is not decided yet,
@@ -115,8 +118,11 @@ func (b *Batch) Pending() []int {
 
 // Find returns the first occurrence of (key, id), if it is pending.
 func (b *Batch) Find(key, id string) (int, bool) {
-	i, ok := b.index[idKey{key, id}]
-	return i, ok && b.open[i]
+	j, ok := slices.BinarySearchFunc(b.order, 0, func(i, _ int) int { return b.compare(i, key, id) })
+	if !ok {
+		return -1, false
+	}
+	return b.order[j], b.open[b.order[j]]
 }
 
 // Stored records that the ID of the first occurrence i is already stored

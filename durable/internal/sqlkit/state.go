@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount/durable"
@@ -93,19 +92,6 @@ func SortKeys(keys []string) []string {
 	return slices.Compact(keys)
 }
 
-// HasPrefixRange returns the range [lo, hi) of keys, in byte order, that
-// start with prefix; hi is "" when there is no upper end.
-func HasPrefixRange(prefix string) (lo, hi string) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return prefix, string(b[:i+1])
-		}
-	}
-	return prefix, ""
-}
-
 // Nanos converts t to Unix nanoseconds, the stored form of every time; the
 // zero time becomes math.MinInt64.
 func Nanos(t time.Time) int64 {
@@ -160,6 +146,3 @@ func ClearKey(key string) error {
 	}
 	return nil
 }
-
-// Contains reports whether s contains sub (for error messages).
-func Contains(s, sub string) bool { return strings.Contains(s, sub) }
