@@ -88,13 +88,17 @@
 // A transaction per increment costs one fsync each; Committer lets many
 // goroutines share one. Append hands an event to the committer and blocks
 // until the batch that holds it has committed, and returns that event's own
-// result. A batch is cut when it reaches MaxBatch events or MaxDelay after
-// its first event arrived, whichever is first, and (unless FixedDelay) as
-// soon as it is as large as the previous batch: once the callers of the
-// last commit are back there is little to gain by waiting. While
-// MaxInFlight batches commit the next one fills, so under load batches grow
-// with the number of waiting callers. Close drains: every accepted event is
-// committed.
+// result. Up to MaxInFlight batches commit at once (PostgreSQL: 4, whose
+// commits share WAL flushes; SQLite: 1) while the next one fills. A batch
+// is cut when it reaches MaxBatch events or MaxDelay after its first event
+// arrived, whichever is first, and (unless FixedDelay), when a commit slot
+// is free, as soon as it holds its share of the callers: the most events
+// outstanding lately divided by MaxInFlight. With synchronous callers the
+// throughput is at most callers ÷ commit latency, so under a closed loop of
+// N callers this keeps MaxInFlight batches of about N/MaxInFlight events in
+// flight: one batch is written while another waits for its fsync, and a
+// lone caller is committed at once instead of after MaxDelay. Close drains:
+// every accepted event is committed.
 //
 // Backends: durable/postgres (PostgreSQL via pgx) and durable/sqlite (a
 // SQLite file, the embedded default). durable/durabletest holds the
