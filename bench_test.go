@@ -72,7 +72,7 @@ func BenchmarkBufferedIncr(b *testing.B) {
 	ctx := context.Background()
 	b.Run("client-incr", func(b *testing.B) {
 		st, _ := mem.New(mem.Config{})
-		c, err := hotcount.New(ctx, hotcount.Config{Store: st, Buffered: true})
+		c, err := hotcount.New(ctx, hotcount.Config{Store: st, Defaults: hotcount.Namespace{Buffered: true}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func BenchmarkBufferedIncr(b *testing.B) {
 
 func TestBufferedIncrAllocs(t *testing.T) {
 	ctx := context.Background()
-	c, err := hotcount.New(ctx, hotcount.Config{Buffered: true})
+	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{Buffered: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

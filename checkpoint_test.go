@@ -44,11 +44,13 @@ func TestFastRestoreOnceAcrossProcesses(t *testing.T) {
 	loc := ds.loc(t)
 	var restored atomic.Int64
 	cfg := hotcount.Config{
-		Store: st, Durable: ds.open(t, loc), NoReadCache: true, CheckpointInterval: time.Hour,
-		OnRestore: func(r hotcount.Restore) { restored.Add(r.Amount) },
+		Store:      st,
+		Defaults:   hotcount.Namespace{NoColdStart: true},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: ds.open(t, loc), CheckpointInterval: time.Hour, OnRestore: func(r hotcount.Restore) { restored.Add(r.Amount) }},
 	}
 	c1 := durClient(t, cfg)
-	cfg.Durable = ds.open(t, loc)
+	cfg.Durability.Store = ds.open(t, loc)
 	c2 := durClient(t, cfg)
 	keys := []string{"likes:1", "likes:2", "views:3"}
 	want := map[string]int64{}
@@ -64,7 +66,7 @@ func TestFastRestoreOnceAcrossProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := c1.DurabilityStats(); s.Saved != 24 || s.Tracked != 3 {
+	if s := c1.Stats().Durability; s.Saved != 24 || s.Tracked != 3 {
 		t.Fatalf("after one checkpoint: %+v, want 24 sub-counters saved, 3 counters watched", s)
 	}
 	// A second round saves nothing: nothing changed.
@@ -129,7 +131,7 @@ func TestFastRestoreOnceAcrossProcesses(t *testing.T) {
 	t.Logf("restores: %+v %+v", c1.Restores(), c2.Restores())
 
 	// Later rounds and a fresh process restore nothing more.
-	cfg.Durable = ds.open(t, loc)
+	cfg.Durability.Store = ds.open(t, loc)
 	c3 := durClient(t, cfg)
 	for _, c := range []*hotcount.Client{c1, c2, c3} {
 		if rep, err := c.Checkpoint(ctx); err != nil || len(rep.Restores) != 0 {
@@ -176,12 +178,12 @@ func TestFastModePrimaryRestartedEmpty(t *testing.T) {
 	var acked, uncertain atomic.Int64
 	restoredCh := make(chan hotcount.Restore, 8)
 	c := durClient(t, hotcount.Config{
-		Redis: cl.Seeds(), Durable: ds.open(t, ds.loc(t)), NoReadCache: true,
+		Redis: hotcount.RedisConfig{Addrs: cl.Seeds()},
+		Reads: hotcount.ReadConfig{NoCache: true},
 		// The Client checkpoints every interval; the test drives further
 		// rounds at the same pace to know what each one saw.
-		CheckpointInterval: interval,
-		Timeout:            500 * time.Millisecond,
-		OnRestore:          func(r hotcount.Restore) { restoredCh <- r },
+		Durability: hotcount.DurabilityConfig{Store: ds.open(t, ds.loc(t)), CheckpointInterval: interval, OnRestore: func(r hotcount.Restore) { restoredCh <- r }},
+		Timeout:    500 * time.Millisecond,
 	})
 	keys := []string{"fast:a", "fast:b", "fast:c", "fast:d"}
 

@@ -16,7 +16,7 @@ func BenchmarkIncrID(b *testing.B) {
 	for _, ds := range durStores() {
 		b.Run(ds.name, func(b *testing.B) {
 			ctx := context.Background()
-			c := durClient(b, hotcount.Config{Redis: cluster.Seeds(), Mode: hotcount.ModeDurable, Durable: ds.open(b, ds.loc(b))})
+			c := durClient(b, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: ds.open(b, ds.loc(b))}})
 			prefix := durRandHex(4) + "-"
 			var seq atomic.Int64
 			b.SetParallelism(16)
@@ -31,7 +31,7 @@ func BenchmarkIncrID(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			s := c.DurabilityStats()
+			s := c.Stats().Durability
 			if s.Batches > 0 {
 				b.ReportMetric(float64(s.Events)/float64(s.Batches), "events/batch")
 			}

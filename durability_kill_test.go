@@ -46,7 +46,7 @@ func durChild(spec string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	c, err := hotcount.New(ctx, hotcount.Config{Mode: hotcount.ModeDurable, Durable: be})
+	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: be}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -187,7 +187,7 @@ func TestDurableKilledWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := durClient(t, hotcount.Config{Store: st, Mode: hotcount.ModeDurable, Durable: be})
+			c := durClient(t, hotcount.Config{Store: st, Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: be}})
 			var sentSum int64
 			var wg sync.WaitGroup
 			errs := make(chan error, durChildWorkers)

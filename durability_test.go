@@ -96,8 +96,10 @@ func TestDurableRetriesAndRebuild(t *testing.T) {
 			ctx := context.Background()
 			be := ds.open(t, ds.loc(t))
 			c := durClient(t, hotcount.Config{
-				Redis: cluster.Seeds(), Mode: hotcount.ModeDurable, Durable: be,
-				NoReadCache: true, FlushInterval: 20 * time.Millisecond,
+				Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+				Defaults:   hotcount.Namespace{Mode: hotcount.ModeDurable, FlushInterval: 20 * time.Millisecond},
+				Reads:      hotcount.ReadConfig{NoCache: true},
+				Durability: hotcount.DurabilityConfig{Store: be},
 			})
 			prefix := "dur:" + durRandHex(4) + ":"
 			keys := []string{prefix + "a", prefix + "b", prefix + "c"}
@@ -133,7 +135,7 @@ func TestDurableRetriesAndRebuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%d increments (+%d retries) from %d goroutines in %v; %+v",
-				total, total/100, workers, time.Since(start).Round(time.Millisecond), c.DurabilityStats())
+				total, total/100, workers, time.Since(start).Round(time.Millisecond), c.Stats().Durability)
 			// A retry long after the first send is still a duplicate.
 			if err := c.IncrID(ctx, keys[0], 1, prefix+"id-0"); err != nil { // same delta as the first send
 				t.Fatal(err)
@@ -191,8 +193,8 @@ func TestDurableModeErrors(t *testing.T) {
 	ctx := context.Background()
 	be := durStores()[0]
 	c := durClient(t, hotcount.Config{
-		Durable:    be.open(t, be.loc(t)),
 		Namespaces: []hotcount.Namespace{{Prefix: "d:", Mode: hotcount.ModeDurable}},
+		Durability: hotcount.DurabilityConfig{Store: be.open(t, be.loc(t))},
 	})
 	if c.Mode("d:x") != hotcount.ModeDurable || c.Mode("x") != hotcount.ModeFast {
 		t.Fatalf("modes %q %q", c.Mode("d:x"), c.Mode("x"))
@@ -218,10 +220,10 @@ func TestDurableModeErrors(t *testing.T) {
 	if r, err := c.GetExact(ctx, "d:x"); err != nil || r.Value != 6 {
 		t.Fatalf("exact %+v %v, want 6", r, err)
 	}
-	if _, err := hotcount.New(ctx, hotcount.Config{Mode: hotcount.ModeDurable}); !errors.Is(err, hotcount.ErrConfig) {
+	if _, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}}); !errors.Is(err, hotcount.ErrConfig) {
 		t.Fatalf("durable mode without a store: %v", err)
 	}
-	if _, err := hotcount.New(ctx, hotcount.Config{Durable: be.open(t, be.loc(t)), RollupAge: -1}); !errors.Is(err, hotcount.ErrConfig) {
+	if _, err := hotcount.New(ctx, hotcount.Config{Durability: hotcount.DurabilityConfig{Store: be.open(t, be.loc(t)), RollupAge: -1}}); !errors.Is(err, hotcount.ErrConfig) {
 		t.Fatalf("negative RollupAge: %v", err)
 	}
 	if err := c.Close(ctx); err != nil {
@@ -240,7 +242,7 @@ func TestDurableCloseDrains(t *testing.T) {
 	ds := durStores()[0]
 	loc := ds.loc(t)
 	st := mustMem(t)
-	c := durClient(t, hotcount.Config{Store: st, Mode: hotcount.ModeDurable, Durable: ds.open(t, loc), FlushInterval: time.Hour})
+	c := durClient(t, hotcount.Config{Store: st, Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable, FlushInterval: time.Hour}, Durability: hotcount.DurabilityConfig{Store: ds.open(t, loc)}})
 	var wg sync.WaitGroup
 	var acked atomic.Int64
 	for w := range 8 {
@@ -262,7 +264,7 @@ func TestDurableCloseDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	c2 := durClient(t, hotcount.Config{Store: st, Mode: hotcount.ModeDurable, Durable: ds.open(t, loc), NoReadCache: true})
+	c2 := durClient(t, hotcount.Config{Store: st, Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Reads: hotcount.ReadConfig{NoCache: true}, Durability: hotcount.DurabilityConfig{Store: ds.open(t, loc)}})
 	got, err := c2.Get(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -284,8 +286,9 @@ func TestDurabilityNoLeak(t *testing.T) {
 	ds := durStores()[0]
 	be := ds.open(t, ds.loc(t))
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Store: mustMem(t), Durable: be, CheckpointInterval: time.Millisecond,
+		Store:      mustMem(t),
 		Namespaces: []hotcount.Namespace{{Prefix: "d:", Mode: hotcount.ModeDurable}},
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)

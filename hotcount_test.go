@@ -10,22 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/clock"
+
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 	"github.com/hotcount/hotcount/store/mem"
 )
-
-// fakeClock is a clock that tests advance by hand.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // backend is one store the shared tests run against.
 type backend struct {
@@ -83,8 +74,8 @@ func uniqueKey(t *testing.T) string {
 func TestExactTotalConcurrent(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			clk := newFakeClock()
-			c := newClient(t, b.open(t), hotcount.Config{N: 8, Now: clk.Now, Timeout: 30 * time.Second})
+			clk := clock.NewFake()
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Timeout: 30 * time.Second, Clock: clk})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			const workers, per = 64, 10000
@@ -138,7 +129,7 @@ func TestExactTotalConcurrent(t *testing.T) {
 func TestUniformChoice(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{N: 8})
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			const total = 80000
@@ -171,9 +162,9 @@ func TestUniformChoice(t *testing.T) {
 }
 
 func TestReadCostEmbedded(t *testing.T) {
-	clk := newFakeClock()
+	clk := clock.NewFake()
 	st, _ := mem.New(mem.Config{Nodes: 3})
-	c := newClient(t, st, hotcount.Config{N: 8, Now: clk.Now})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Clock: clk})
 	ctx := context.Background()
 	key := "likes:post:42"
 	for range 100 {
@@ -225,9 +216,9 @@ func TestReadCostEmbedded(t *testing.T) {
 }
 
 func TestStalenessAndReadYourWrites(t *testing.T) {
-	clk := newFakeClock()
+	clk := clock.NewFake()
 	st, _ := mem.New(mem.Config{})
-	c := newClient(t, st, hotcount.Config{Now: clk.Now, ReadCacheTTL: 500 * time.Millisecond})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{ReadCacheTTL: 500 * time.Millisecond}, Clock: clk})
 	ctx := context.Background()
 	if err := c.Incr(ctx, "k", 3); err != nil {
 		t.Fatal(err)
@@ -258,7 +249,7 @@ func TestStalenessAndReadYourWrites(t *testing.T) {
 
 func TestNoReadCache(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
-	c := newClient(t, st, hotcount.Config{NoReadCache: true, N: 2})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
 	ctx := context.Background()
 	_ = c.Incr(ctx, "k", 1)
 	for i := range 5 {
@@ -279,7 +270,7 @@ func TestNoReadCache(t *testing.T) {
 func TestSingleFlight(t *testing.T) {
 	st, _ := mem.New(mem.Config{Nodes: 3})
 	gate := &gatedStore{Store: st, gate: make(chan struct{})}
-	c := newClient(t, gate, hotcount.Config{N: 8})
+	c := newClient(t, gate, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	ctx := context.Background()
 	_ = c.Incr(ctx, "k", 9)
 	var wg sync.WaitGroup
@@ -318,16 +309,41 @@ func (g *gatedStore) Get(ctx context.Context, keys []string) ([]int64, error) {
 	return g.Store.Get(ctx, keys)
 }
 
+// TestGetMultiOneRoundPerNode: a batch read of counters this process has
+// not read before costs one round per node for their label sets and one
+// for their values.
 func TestGetMultiOneRoundPerNode(t *testing.T) {
 	st, _ := mem.New(mem.Config{Nodes: 3})
-	c := newClient(t, st, hotcount.Config{N: 8, NoReadCache: true})
+	writer := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	ctx := context.Background()
-	keys := []string{"a", "b", "c", "d", "e"}
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
 	for i, k := range keys {
-		if err := c.Incr(ctx, k, int64(i+1)); err != nil {
+		if err := writer.Incr(ctx, k, int64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Each node is asked once for the records it holds and once for the
+	// sub-counters it holds.
+	topo, _ := st.Topology(ctx)
+	want := map[string]int64{}
+	metaNodes, valueNodes := map[string]bool{}, map[string]bool{}
+	for _, k := range keys {
+		metaNodes[topo.NodeOf(keyspace.MetaKey(k))] = true
+		subs, err := writer.SubKeys(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sk := range subs {
+			valueNodes[topo.NodeOf(sk)] = true
+		}
+	}
+	for n := range metaNodes {
+		want[n]++
+	}
+	for n := range valueNodes {
+		want[n]++
+	}
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Reads: hotcount.ReadConfig{NoCache: true}})
 	before := st.Stats()
 	got, err := c.GetMulti(ctx, append(keys, "a"))
 	if err != nil {
@@ -339,8 +355,18 @@ func TestGetMultiOneRoundPerNode(t *testing.T) {
 		}
 	}
 	for n, s := range st.Stats() {
+		if r := s.Rounds - before[n].Rounds; r != want[n] {
+			t.Errorf("node %s: %d rounds for GetMulti, want %d (one per kind of key it holds: label sets, values)", n, r, want[n])
+		}
+	}
+	// Label sets are cached now: one round per node for the values.
+	before = st.Stats()
+	if _, err := c.GetMulti(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	for n, s := range st.Stats() {
 		if r := s.Rounds - before[n].Rounds; r != 1 {
-			t.Errorf("node %s: %d rounds for GetMulti, want 1", n, r)
+			t.Errorf("node %s: %d rounds for a second GetMulti, want 1", n, r)
 		}
 	}
 	if _, err := c.GetMulti(ctx, []string{"ok", "bad{"}); !errors.Is(err, hotcount.ErrInvalidKey) {
@@ -351,7 +377,7 @@ func TestGetMultiOneRoundPerNode(t *testing.T) {
 func TestClear(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{N: 4})
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			for range 20 {
@@ -400,7 +426,7 @@ func TestBadInput(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			st := b.open(t)
-			c := newClient(t, st, hotcount.Config{N: 4})
+			c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}})
 			ctx := context.Background()
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -426,41 +452,9 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestOverflow(t *testing.T) {
-	for _, b := range allBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{N: 1, NoReadCache: true})
-			ctx := context.Background()
-			key := uniqueKey(t)
-			steps := []struct {
-				delta int64
-				err   error
-				want  int64
-			}{
-				{math.MaxInt64, nil, math.MaxInt64},
-				{1, hotcount.ErrOverflow, math.MaxInt64},
-				{math.MaxInt64, hotcount.ErrOverflow, math.MaxInt64},
-				{math.MinInt64, nil, -1},
-				{math.MinInt64, hotcount.ErrOverflow, -1},
-				{1, nil, 0},
-			}
-			for i, s := range steps {
-				err := c.Incr(ctx, key, s.delta)
-				if !errors.Is(err, s.err) {
-					t.Fatalf("step %d: Incr(%d) = %v, want %v", i, s.delta, err, s.err)
-				}
-				r, err := c.Get(ctx, key)
-				if err != nil || r.Value != s.want {
-					t.Fatalf("step %d: value %+v %v, want %d", i, r, err, s.want)
-				}
-			}
-		})
-	}
-}
-
 func TestSumOverflowIsReported(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
-	c := newClient(t, st, hotcount.Config{N: 2, NoReadCache: true})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
 	ctx := context.Background()
 	_, read, _ := c.Labels(ctx, "k")
 	for _, l := range read {
@@ -475,14 +469,15 @@ func TestSumOverflowIsReported(t *testing.T) {
 
 func TestNamespaces(t *testing.T) {
 	c := newClient(t, mustMem(t), hotcount.Config{
-		N: 4,
+		Defaults: hotcount.Namespace{NoColdStart: true, N: 4},
 		Namespaces: []hotcount.Namespace{
-			{Prefix: "likes:", N: 16},
-			{Prefix: "likes:post:", N: 32},
-			{Prefix: "views:"},
+			{Prefix: "likes:", N: 16, NoColdStart: true},
+			{Prefix: "likes:post:", N: 32, NoColdStart: true},
+			{Prefix: "views:", NoColdStart: true},
+			{Prefix: "cold:"},
 		},
 	})
-	for key, want := range map[string]int{"likes:user:1": 16, "likes:post:1": 32, "views:x": 4, "other": 4} {
+	for key, want := range map[string]int{"likes:user:1": 16, "likes:post:1": 32, "views:x": 4, "other": 4, "cold:1": 1} {
 		w, _, _ := c.Labels(context.Background(), key)
 		if got := len(w); got != want {
 			t.Errorf("%s: N = %d, want %d", key, got, want)
@@ -495,15 +490,15 @@ func TestConfigErrors(t *testing.T) {
 		name string
 		cfg  hotcount.Config
 	}{
-		{"negative N", hotcount.Config{N: -1}},
-		{"huge N", hotcount.Config{N: hotcount.MaxN + 1}},
-		{"negative TTL", hotcount.Config{ReadCacheTTL: -time.Second}},
+		{"negative N", hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: -1}}},
+		{"huge N", hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: keyspace.MaxN + 1}}},
+		{"negative TTL", hotcount.Config{Defaults: hotcount.Namespace{ReadCacheTTL: -time.Second}}},
 		{"negative timeout", hotcount.Config{Timeout: -1}},
-		{"bad redis address", hotcount.Config{Redis: []string{"nohost"}}},
+		{"bad redis address", hotcount.Config{Redis: hotcount.RedisConfig{Addrs: []string{"nohost"}}}},
 		{"empty prefix", hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: ""}}}},
 		{"duplicate prefix", hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "a"}, {Prefix: "a"}}}},
 		{"namespace N", hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "a", N: -2}}}},
-		{"embedded nodes", hotcount.Config{EmbeddedNodes: -1}},
+		{"embedded nodes", hotcount.Config{Embedded: hotcount.EmbeddedConfig{Nodes: -1}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -522,7 +517,7 @@ func TestConfigNotMutated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	if cfg.N != 0 || ns[0].Prefix != "b:" || ns[0].N != 0 || cfg.ReadCacheTTL != 0 {
+	if cfg.Defaults.N != 0 || ns[0].Prefix != "b:" || ns[0].N != 0 || cfg.Defaults.ReadCacheTTL != 0 {
 		t.Fatalf("caller's config was modified: %+v", cfg)
 	}
 }
@@ -556,10 +551,13 @@ func mustMem(t *testing.T) *mem.Store {
 }
 
 func TestNamespaceReadCacheTTL(t *testing.T) {
-	clk := newFakeClock()
+	clk := clock.NewFake()
 	st := mustMem(t)
-	c := newClient(t, st, hotcount.Config{Now: clk.Now, ReadCacheTTL: time.Second,
-		Namespaces: []hotcount.Namespace{{Prefix: "live:", ReadCacheTTL: 100 * time.Millisecond}}})
+	c := newClient(t, st, hotcount.Config{
+		Defaults:   hotcount.Namespace{ReadCacheTTL: time.Second},
+		Namespaces: []hotcount.Namespace{{Prefix: "live:", ReadCacheTTL: 100 * time.Millisecond}},
+		Clock:      clk,
+	})
 	ctx := context.Background()
 	for _, k := range []string{"live:score", "likes:1"} {
 		if _, err := c.Get(ctx, k); err != nil { // cache 0

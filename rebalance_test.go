@@ -27,8 +27,12 @@ func TestAutoRebalanceAfterMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	c := newClient(t, st, hotcount.Config{N: 3, AutoRebalance: true, RebalanceCheck: 100 * time.Millisecond,
-		MetaTTL: 100 * time.Millisecond, NoReadCache: true})
+	c := newClient(t, st, hotcount.Config{
+		Defaults:  hotcount.Namespace{NoColdStart: true, N: 3},
+		Reads:     hotcount.ReadConfig{NoCache: true},
+		Meta:      hotcount.MetaConfig{TTL: 100 * time.Millisecond},
+		Rebalance: hotcount.RebalanceConfig{Auto: true, Check: 100 * time.Millisecond},
+	})
 	key := "migrating:post:1"
 	w, _, err := c.Labels(ctx, key)
 	if err != nil {
@@ -45,10 +49,10 @@ func TestAutoRebalanceAfterMigration(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		moved, _ := c.AutoRebalances()
+		moved := c.Stats().Rebalance.Moved
 		rep, err := c.Shards(ctx, key)
-		if err == nil && moved > 0 && rep.Collisions == 0 && rep.Placement.Distinct == 3 {
-			t.Logf("slot %d (label %s) moved %s → %s; now labels %v on %d primaries", slot, w[0], src, dst, rep.Meta.Write, rep.Placement.Distinct)
+		if err == nil && moved > 0 && rep.Collisions == 0 && rep.DistinctNodes == 3 {
+			t.Logf("slot %d (label %s) moved %s → %s; now labels %v on %d primaries", slot, w[0], src, dst, rep.Shards, rep.DistinctNodes)
 			break
 		}
 		if time.Now().After(deadline) {

@@ -180,10 +180,8 @@ func TestReliabilityChild(t *testing.T) {
 	count := (*atomic.Int64)(unsafe.Pointer(&mem[0]))
 	ctx := context.Background()
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Redis:         strings.Split(os.Getenv("HOTCOUNT_CHILD_REDIS"), ","),
-		N:             childN,
-		Buffered:      true,
-		FlushInterval: childInterval,
+		Redis:    hotcount.RedisConfig{Addrs: strings.Split(os.Getenv("HOTCOUNT_CHILD_REDIS"), ",")},
+		Defaults: hotcount.Namespace{NoColdStart: true, N: childN, Buffered: true, FlushInterval: childInterval},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +212,7 @@ func TestReliabilityChild(t *testing.T) {
 			time.Sleep(time.Millisecond) // pace: ~50k/s, well below one core
 		}
 		if now := time.Now(); now.After(next) {
-			s := c.BufferStats()
+			s := c.Stats().Buffer
 			fmt.Fprintf(report, "at=%d count=%d oldest=%d flushes=%d unflushed=%d\n",
 				now.Sub(start), count.Load(), s.OldestUnflushed, s.Flushes, s.Unflushed)
 			next = now.Add(childReport)

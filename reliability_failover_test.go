@@ -28,7 +28,7 @@ func TestReliabilityFailover(t *testing.T) {
 	defer cl.Stop()
 	const interval = 50 * time.Millisecond
 	open := func(cfg hotcount.Config) *hotcount.Client {
-		cfg.Redis, cfg.N, cfg.Timeout = cl.Seeds(), 8, 500*time.Millisecond
+		cfg.Redis.Addrs, cfg.Defaults.N, cfg.Timeout = cl.Seeds(), 8, 500*time.Millisecond
 		c, err := hotcount.New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -36,8 +36,8 @@ func TestReliabilityFailover(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close(context.Background()) })
 		return c
 	}
-	c := open(hotcount.Config{Buffered: true, FlushInterval: interval})
-	plain := open(hotcount.Config{NoReadCache: true})
+	c := open(hotcount.Config{Defaults: hotcount.Namespace{Buffered: true, FlushInterval: interval}})
+	plain := open(hotcount.Config{Reads: hotcount.ReadConfig{NoCache: true}})
 	l := startLoad(c, keysFor(t, 8), 4, 20, time.Millisecond)
 
 	// Sample the acknowledged total, to know what was sent just before
@@ -130,7 +130,7 @@ func TestReliabilityFailover(t *testing.T) {
 	t.Logf("killed primary %s; primaries now %v; plain client working again after %v, buffered flush after %v",
 		victim, after, plainRecovered.Round(time.Millisecond), flushRecovered.Round(time.Millisecond))
 	t.Logf("acked %d, cache %d, loss %d (bound: %d acknowledged in the last %v before the kill); stats %+v",
-		l.totalAcked(), sum, loss, window, time.Second+interval, c.BufferStats())
+		l.totalAcked(), sum, loss, window, time.Second+interval, c.Stats().Buffer)
 	if loss < 0 {
 		t.Fatalf("the cache holds %d more than was acknowledged: double count", -loss)
 	}

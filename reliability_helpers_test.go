@@ -50,7 +50,7 @@ func startProxied(t *testing.T) *proxied {
 // closes it itself (Close is idempotent; a cleanup closes it too).
 func (px *proxied) client(t *testing.T, cfg hotcount.Config) *hotcount.Client {
 	t.Helper()
-	cfg.Redis = []string{px.proxy.Addr()}
+	cfg.Redis.Addrs = []string{px.proxy.Addr()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := hotcount.New(ctx, cfg)
@@ -71,7 +71,7 @@ func totals(t *testing.T, addrs []string, n int, keys []string) map[string]int64
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: addrs, N: n, NoReadCache: true})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: addrs}, Defaults: hotcount.Namespace{NoColdStart: true, N: n}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +220,6 @@ func closeWithin(t *testing.T, c *hotcount.Client, d time.Duration) {
 	defer cancel()
 	start := time.Now()
 	if err := c.Close(ctx); err != nil {
-		t.Fatalf("Close after %v: %v (stats %+v)", time.Since(start).Round(time.Millisecond), err, c.BufferStats())
+		t.Fatalf("Close after %v: %v (stats %+v)", time.Since(start).Round(time.Millisecond), err, c.Stats().Buffer)
 	}
 }

@@ -21,7 +21,7 @@ func TestReliabilityOutage(t *testing.T) {
 	t.Parallel()
 	const outage = 5 * time.Second
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{N: 4, Buffered: true, FlushInterval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 50 * time.Millisecond}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 200), 4, 20, time.Millisecond)
 	time.Sleep(time.Second)
 	ackedBefore := l.totalAcked()
@@ -30,7 +30,7 @@ func TestReliabilityOutage(t *testing.T) {
 	var peak buffer.Stats
 	for time.Since(start) < outage {
 		time.Sleep(100 * time.Millisecond)
-		if s := c.BufferStats(); s.OldestUnflushed > peak.OldestUnflushed {
+		if s := c.Stats().Buffer; s.OldestUnflushed > peak.OldestUnflushed {
 			peak = s
 		}
 	}
@@ -41,7 +41,7 @@ func TestReliabilityOutage(t *testing.T) {
 	// take a few seconds), then stop.
 	recovered := time.Duration(-1)
 	for time.Since(resumed) < 3*time.Second {
-		if s := c.BufferStats(); s.OldestUnflushed < time.Second {
+		if s := c.Stats().Buffer; s.OldestUnflushed < time.Second {
 			recovered = time.Since(resumed)
 			break
 		}
@@ -57,7 +57,7 @@ func TestReliabilityOutage(t *testing.T) {
 	}
 	closeWithin(t, c, 30*time.Second)
 	sum := l.checkExact(t, []string{px.node.Addr}, 4)
-	s := c.BufferStats()
+	s := c.Stats().Buffer
 	t.Logf("acked %d (%d during the outage), cache %d; peak while down: unflushed %d on %d keys, oldest %v; back to < 1 s old %v after resume (-1: not within 3 s); flush errors %d, retries %d",
 		l.totalAcked(), ackedDuring, sum, peak.Unflushed, peak.PendingKeys, peak.OldestUnflushed.Round(time.Millisecond),
 		recovered.Round(time.Millisecond), s.FlushErrors, s.Retries)
@@ -71,7 +71,7 @@ func TestReliabilityBackpressure(t *testing.T) {
 	t.Parallel()
 	const bound = 64
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{N: 2, Buffered: true, FlushInterval: 20 * time.Millisecond, Timeout: 300 * time.Millisecond, MaxPendingKeys: bound})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2, Buffered: true, FlushInterval: 20 * time.Millisecond}, Buffer: hotcount.BufferConfig{MaxPendingKeys: bound}, Timeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	base := uniqueKey(t)
 	px.proxy.Pause(faultproxy.PauseReset)
@@ -82,7 +82,7 @@ func TestReliabilityBackpressure(t *testing.T) {
 		k := fmt.Sprintf("%s:%d", base, i)
 		err := c.Incr(ctx, k, 1)
 		if errors.Is(err, hotcount.ErrBackpressure) {
-			held := c.BufferStats().HeldKeys
+			held := c.Stats().Buffer.HeldKeys
 			if refusedAt < 0 {
 				refusedAt = i
 			}
@@ -107,7 +107,7 @@ func TestReliabilityBackpressure(t *testing.T) {
 		}
 		want[k] += 2
 	}
-	t.Logf("first refusal at new key %d (bound %d); %d keys accepted; stats %+v", refusedAt, bound, len(keys), c.BufferStats())
+	t.Logf("first refusal at new key %d (bound %d); %d keys accepted; stats %+v", refusedAt, bound, len(keys), c.Stats().Buffer)
 	px.proxy.Resume()
 	if err := waitOK(20*time.Second, func() error { return c.Flush(ctx) }); err != nil {
 		t.Fatalf("Flush after Redis came back: %v", err)

@@ -3,10 +3,12 @@ package hotcount_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // TestResizeUnderLoad grows 4→8 and shrinks 8→3 while 16 writers increment,
@@ -21,8 +23,9 @@ func TestResizeUnderLoad(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
 				c := newClient(t, b.open(t), hotcount.Config{
-					N: 4, MetaTTL: 50 * time.Millisecond, NoReadCache: true,
-					Buffered: buffered, FlushInterval: 10 * time.Millisecond,
+					Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: buffered, FlushInterval: 10 * time.Millisecond},
+					Reads:    hotcount.ReadConfig{NoCache: true},
+					Meta:     hotcount.MetaConfig{TTL: 50 * time.Millisecond},
 				})
 				key := uniqueKey(t)
 				stop := startWriters(t, c, key, 16, 64)
@@ -49,7 +52,7 @@ func TestResizeUnderLoad(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent, rep.Meta.Write, rep.Placement.Distinct, rep.Collisions)
+				t.Logf("%d increments; labels %v on %d distinct primaries, %d collisions", sent, rep.Shards, rep.DistinctNodes, rep.Collisions)
 			})
 		}
 	}
@@ -61,9 +64,49 @@ func TestResizeErrors(t *testing.T) {
 	if err := c.Resize(ctx, "bad{", 2); !errors.Is(err, hotcount.ErrInvalidKey) {
 		t.Errorf("bad key: %v", err)
 	}
-	for _, n := range []int{0, -1, hotcount.MaxN + 1} {
-		if err := c.Resize(ctx, "k", n); !errors.Is(err, hotcount.ErrConfig) {
+	for _, n := range []int{0, -1, keyspace.MaxN + 1} {
+		if err := c.Resize(ctx, "k", n); !errors.Is(err, hotcount.ErrInvalidN) {
 			t.Errorf("Resize to %d: %v", n, err)
 		}
+	}
+}
+
+// TestConcurrentResizesConflict: resizes of one key that overlap get
+// ErrConflict (never an unnamed error), and the value is kept. A round in
+// which no two resizes happened to overlap is tried again.
+func TestConcurrentResizesConflict(t *testing.T) {
+	c := newClient(t, mustMem(t), hotcount.Config{Meta: hotcount.MetaConfig{TTL: 20 * time.Millisecond}})
+	ctx := context.Background()
+	if err := c.Incr(ctx, "k", 7); err != nil {
+		t.Fatal(err)
+	}
+	for try := 1; ; try++ {
+		var wg sync.WaitGroup
+		errs := make([]error, 16)
+		for i := range errs {
+			wg.Go(func() { errs[i] = c.Resize(ctx, "k", 2+i%3*3) })
+		}
+		wg.Wait()
+		var conflicts int
+		for i, err := range errs {
+			switch {
+			case err == nil:
+			case errors.Is(err, hotcount.ErrConflict):
+				conflicts++
+			default:
+				t.Fatalf("resize %d: %v (want nil or ErrConflict)", i, err)
+			}
+		}
+		if r, err := c.Get(ctx, "k"); err != nil || r.Value != 7 {
+			t.Fatalf("value after resizes: %+v %v", r, err)
+		}
+		if conflicts > 0 {
+			t.Logf("try %d: %d of %d resizes conflicted", try, conflicts, len(errs))
+			return
+		}
+		if try == 5 {
+			t.Skipf("no two resizes overlapped in %d tries: the conflict was not exercised", try)
+		}
+		t.Logf("try %d: no resizes overlapped; again", try)
 	}
 }

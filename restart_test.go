@@ -23,8 +23,8 @@ func TestRestartEmbedded(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := hotcount.New(ctx, hotcount.Config{
-			Durable:    db,
 			Namespaces: []hotcount.Namespace{{Prefix: "paid:", Mode: hotcount.ModeDurable}},
+			Durability: hotcount.DurabilityConfig{Store: db},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -34,7 +34,8 @@ type fakeSink struct {
 	calls    [][]store.IncrOp
 	faults   []fault         // faults[i] applies to call i; later calls succeed
 	always   fault           // fault for calls past len(faults)
-	reject   map[string]bool // sub-keys that answer ErrOverflow
+	reject   map[string]bool // sub-keys that answer rejectAs
+	rejectAs error           // store.ErrNotInteger unless set
 	gate     chan struct{}   // when set, each call waits for a receive
 	entered  chan struct{}   // when set, receives before each call waits on gate
 	onCall   func(n int)     // called (without the lock) after call n
@@ -117,7 +118,11 @@ func (f *fakeSink) applyLocked(ops []store.IncrOp) []store.IncrResult {
 			}
 		}
 		if f.reject[o.Key] {
-			res[i].Err = fmt.Errorf("fake: %s: %w", o.Key, store.ErrOverflow)
+			as := f.rejectAs
+			if as == nil {
+				as = store.ErrNotInteger
+			}
+			res[i].Err = fmt.Errorf("fake: %s: %w", o.Key, as)
 			continue
 		}
 		if o.TokenKey != "" {

@@ -275,6 +275,9 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 			TokenKey: keyspace.AuxKey(o.key, o.label, "tok", o.token),
 			TTL:      b.cfg.TokenTTL,
 		}
+		if b.cfg.ExpireAt != nil {
+			ops[i].ExpireAt = b.cfg.ExpireAt(o.key, o.label)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	res, err := b.sink.IncrMulti(cctx, ops)
@@ -300,7 +303,16 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 		case r.Err == nil:
 			b.stats.skipped.Add(1) // the token was used: an earlier attempt applied it
 			done = append(done, o)
-		case errors.Is(r.Err, store.ErrOverflow) || errors.Is(r.Err, store.ErrNotInteger):
+		case errors.Is(r.Err, store.ErrOverflow):
+			// The sub-counter would pass its bound: no retry can ever
+			// land this delta. It is dropped, counted and reported, so
+			// that the key's later deltas and Close do not wait on it.
+			b.stats.permanent.Add(1)
+			b.stats.dropped.Add(1)
+			b.stats.droppedDelta.Add(o.delta)
+			b.report(fmt.Errorf("hotcount: %s refused delta %+d, dropped: %w", ops[i].Key, o.delta, r.Err))
+			done = append(done, o)
+		case errors.Is(r.Err, store.ErrNotInteger):
 			b.stats.permanent.Add(1)
 			perr := fmt.Errorf("hotcount: %s rejected delta %+d, kept for retry: %w", ops[i].Key, o.delta, r.Err)
 			b.report(perr)

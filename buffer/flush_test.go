@@ -176,7 +176,7 @@ func TestPermanentError(t *testing.T) {
 	mustAdd(t, b, "k", 5)
 	mustAdd(t, b, "ok", 1)
 	err := b.Flush(context.Background())
-	if !errors.Is(err, ErrUnflushed) || !errors.Is(err, store.ErrOverflow) {
+	if !errors.Is(err, ErrUnflushed) || !errors.Is(err, store.ErrNotInteger) {
 		t.Fatalf("Flush: %v", err)
 	}
 	mustAdd(t, b, "k", 2)
@@ -190,7 +190,7 @@ func TestPermanentError(t *testing.T) {
 	if s.PermanentErrors != 2 || s.InFlight != 1 || s.Unflushed != 7 {
 		t.Fatalf("stats: %+v", s)
 	}
-	if len(reported) != 2 || !errors.Is(reported[0], store.ErrOverflow) || !strings.Contains(reported[0].Error(), sub) {
+	if len(reported) != 2 || !errors.Is(reported[0], store.ErrNotInteger) || !strings.Contains(reported[0].Error(), sub) {
 		t.Fatalf("OnError got %v", reported)
 	}
 	if sink.total("ok") != 1 {
@@ -224,6 +224,42 @@ func TestPermanentError(t *testing.T) {
 	}
 	if attempts[3].Delta != 2 || attempts[3].TokenKey == attempts[0].TokenKey {
 		t.Fatalf("later delta sent as %+v", attempts[3])
+	}
+}
+
+// TestOverflowDropped: a delta the cache refuses because the sub-counter
+// would pass its bound is dropped, counted and reported; later deltas of
+// the key and Close do not wait on it.
+func TestOverflowDropped(t *testing.T) {
+	sink := newFakeSink()
+	sink.rejectAs = store.ErrOverflow
+	var reported []error
+	b, _ := newTestBuffer(t, sink, func(c *Config) {
+		c.Labels = func(string) []string { return []string{"0"} }
+		c.OnError = func(err error) { reported = append(reported, err) }
+	})
+	sub := keyspace.SubKey("k", "0")
+	sink.setReject(sub, true)
+	mustAdd(t, b, "k", 5)
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	s := b.Stats()
+	if s.Dropped != 1 || s.DroppedDelta != 5 || s.PermanentErrors != 1 || s.Unflushed != 0 || s.InFlight != 0 {
+		t.Fatalf("stats: %+v", s)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], store.ErrOverflow) || !strings.Contains(reported[0].Error(), "dropped") {
+		t.Fatalf("OnError got %v", reported)
+	}
+	sink.setReject(sub, false)
+	mustAdd(t, b, "k", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := sink.total("k"); got != 2 {
+		t.Fatalf("total = %d, want 2 (the refused 5 dropped)", got)
 	}
 }
 

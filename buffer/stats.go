@@ -42,14 +42,21 @@ type Stats struct {
 	// token was used by an earlier attempt whose reply was lost).
 	OpsSkipped uint64
 	// PermanentErrors counts op attempts the sub-counter rejected
-	// (store.ErrOverflow, store.ErrNotInteger); those deltas are kept.
+	// (store.ErrOverflow, store.ErrNotInteger).
 	PermanentErrors uint64
+	// Dropped counts ops the cache refused because the sub-counter would
+	// pass its bound (store.MaxValue); DroppedDelta sums their deltas.
+	// Such a delta can never be written, so it is dropped instead of
+	// retried. A value that is not an integer keeps its delta for retry.
+	Dropped      uint64
+	DroppedDelta int64
 	// Backpressure counts Adds refused with ErrBackpressure.
 	Backpressure uint64
 }
 
 type counters struct {
-	flushes, flushErrors, retries, applied, skipped, permanent, backpressure atomic.Uint64
+	flushes, flushErrors, retries, applied, skipped, permanent, backpressure, dropped atomic.Uint64
+	droppedDelta                                                                      atomic.Int64
 }
 
 // Stats returns a snapshot of the gauges and counters. It scans every
@@ -63,6 +70,8 @@ func (b *Buffer) Stats() Stats {
 		OpsSkipped:      b.stats.skipped.Load(),
 		PermanentErrors: b.stats.permanent.Load(),
 		Backpressure:    b.stats.backpressure.Load(),
+		Dropped:         b.stats.dropped.Load(),
+		DroppedDelta:    b.stats.droppedDelta.Load(),
 	}
 	now := b.cfg.Clock.Now().UnixNano()
 	oldest := int64(math.MaxInt64)
@@ -132,4 +141,29 @@ func satAdd(a, b int64) int64 {
 		return math.MinInt64
 	}
 	return c
+}
+
+// Merge returns the stats of two buffers together: counts and gauges add
+// up (saturating), and OldestUnflushed is the older of the two.
+func (s Stats) Merge(o Stats) Stats {
+	s.Unflushed = satAdd(s.Unflushed, o.Unflushed)
+	if s.UnflushedAbs+o.UnflushedAbs < s.UnflushedAbs {
+		s.UnflushedAbs = math.MaxUint64
+	} else {
+		s.UnflushedAbs += o.UnflushedAbs
+	}
+	s.PendingKeys += o.PendingKeys
+	s.InFlight += o.InFlight
+	s.HeldKeys += o.HeldKeys
+	s.OldestUnflushed = max(s.OldestUnflushed, o.OldestUnflushed)
+	s.Flushes += o.Flushes
+	s.FlushErrors += o.FlushErrors
+	s.Retries += o.Retries
+	s.OpsApplied += o.OpsApplied
+	s.OpsSkipped += o.OpsSkipped
+	s.PermanentErrors += o.PermanentErrors
+	s.Backpressure += o.Backpressure
+	s.Dropped += o.Dropped
+	s.DroppedDelta = satAdd(s.DroppedDelta, o.DroppedDelta)
+	return s
 }

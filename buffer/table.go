@@ -3,10 +3,12 @@ package buffer
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/hotcount/hotcount/store"
 )
 
 // Value encoding of cell.v. A live cell holds its accumulated delta, kept
-// within ±MaxDelta (2^62) by Add. A retired (dead) cell holds deadMark
+// within ±MaxDelta (2^53 − 1) by Add. A retired (dead) cell holds deadMark
 // (-7·2^60) plus the transient deltas of Adds racing with the retirement,
 // which undo themselves; anything below deadZone (-5·2^60) is dead. The
 // dead zone is 2^60 away both from the live range and from wrapping past
@@ -16,8 +18,10 @@ import (
 // goroutines inside the same few instructions.
 const (
 	// MaxDelta is the largest magnitude of one key's accumulating local
-	// delta; an Add that would take it further returns ErrOverflow.
-	MaxDelta  = 1 << 62
+	// delta; an Add that would take it further returns ErrOverflow. It is
+	// store.MaxValue: a delta the cache could never accept is refused
+	// before it is buffered.
+	MaxDelta  = store.MaxValue
 	fastLimit = 1 << 31
 	deadMark  = -7 << 60
 	deadZone  = -5 << 60

@@ -57,8 +57,12 @@ type ControllerConfig struct {
 	// BaseN for a key it has not resized.
 	Size func(ctx context.Context, key string) (int, error)
 	// BaseN returns key's configured N; keys never shrink below it (nor
-	// below Policy.MinN). nil means Policy.MinN.
+	// below Policy.MinN), but to one when HotRate sends them back cold.
+	// nil means Policy.MinN.
 	BaseN func(key string) int
+	// HotRate returns key's hot rate (see Policy.HotRate); nil means
+	// Policy.HotRate for every key.
+	HotRate func(key string) float64
 	// Interval is the evaluation period; 0 means DefaultInterval.
 	Interval time.Duration
 	// TopN is the number of top keys evaluated per period; 0 means
@@ -79,18 +83,26 @@ type ControllerConfig struct {
 	OnDecision func(Decision)
 }
 
-// HotKey is one key of the last evaluation.
+// HotKey is one hot counter: what this process measured of it and, with
+// automatic N, the controller's view. It is the one hot-key report of
+// hotcount; the library, the HTTP API and the dashboard all use it.
 type HotKey struct {
 	// Key is the counter key.
-	Key string
-	// Rate is the estimated cluster-wide writes per second.
-	Rate float64
-	// N is the key's number of sub-counters.
-	N int
+	Key string `json:"key"`
+	// Arrivals is increments accepted per second by this process.
+	Arrivals float64 `json:"arrivals"`
+	// Writes is cache writes per second sent by this process (below
+	// Arrivals for buffered counters).
+	Writes float64 `json:"writes"`
+	// Rate is the estimated cluster-wide cache writes per second that
+	// automatic N sizes the counter by (0 without automatic N).
+	Rate float64 `json:"rate"`
+	// N is the key's number of sub-counters (0 when unknown).
+	N int `json:"n"`
 	// Resizing is true while a resize of the key is in flight.
-	Resizing bool
-	// Reason explains the last decision.
-	Reason string
+	Resizing bool `json:"resizing,omitempty"`
+	// Reason explains the last decision about the key, if any.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Controller evaluates the hottest keys every Interval and resizes them as
@@ -244,9 +256,12 @@ func (c *Controller) Evaluate(ctx context.Context) []Decision {
 		}
 		p := c.policy
 		p.MinN = min(max(p.MinN, base), p.MaxN)
+		if c.cfg.HotRate != nil {
+			p.HotRate = c.cfg.HotRate(key)
+		}
 		d := p.Decide(now, key, rate, cur, &st.KeyState)
 		st.n = cur
-		st.managed = cur > p.MinN || d.Action == ActionGrow
+		st.managed = cur > p.MinN || (p.HotRate > 0 && cur > 1) || d.Action == ActionGrow
 		h := HotKey{Key: key, Rate: rate, N: cur, Reason: d.Reason}
 		if d.Action != ActionNone && c.start(d) {
 			h.Resizing = true

@@ -79,6 +79,25 @@ func (d *fakeDurable) LoadMeta(_ context.Context, key string) ([]byte, error) {
 	return d.recs[key], nil
 }
 
+func (d *fakeDurable) DeleteMeta(_ context.Context, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.recs, key)
+	return nil
+}
+
+func (d *fakeDurable) LoadMetas(_ context.Context, keys []string) (map[string][]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string][]byte{}
+	for _, k := range keys {
+		if v, ok := d.recs[k]; ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
 // sum reads every label of the read set and adds them up.
 func sum(t testing.TB, b meta.Backend, key string, read []string) int64 {
 	t.Helper()

@@ -33,6 +33,9 @@ func newMem(t testing.TB, nodes int) *mem.Store {
 
 func newManager(t testing.TB, b meta.Backend, cfg meta.Config) *meta.Manager {
 	t.Helper()
+	if cfg.DefaultN == nil {
+		cfg.DefaultN = func(string) int { return 8 }
+	}
 	m, err := meta.NewManager(b, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +59,8 @@ func fill(t testing.TB, s store.Store, key string, labels []string, base int64) 
 
 func TestConfigErrors(t *testing.T) {
 	s := newMem(t, 3)
-	for _, cfg := range []meta.Config{{TTL: -1}, {Margin: -1}, {MaxRounds: -1}} {
+	n8 := func(string) int { return 8 }
+	for _, cfg := range []meta.Config{{TTL: -1, DefaultN: n8}, {Margin: -1, DefaultN: n8}, {MaxRounds: -1, DefaultN: n8}, {}} {
 		if _, err := meta.NewManager(s, cfg); !errors.Is(err, meta.ErrConfig) {
 			t.Errorf("NewManager(%+v) = %v, want ErrConfig", cfg, err)
 		}
@@ -69,7 +73,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("TTL = %v", m.TTL())
 	}
 	ctx := context.Background()
-	for _, n := range []int{0, -1, meta.MaxN + 1} {
+	for _, n := range []int{0, -1, keyspace.MaxN + 1} {
 		if err := m.Resize(ctx, "k", n); !errors.Is(err, meta.ErrInvalidN) {
 			t.Errorf("Resize(%d) = %v", n, err)
 		}
@@ -158,8 +162,7 @@ func TestGrowSteps(t *testing.T) {
 	clk := newFakeClock()
 	var steps []meta.Step
 	var seen []meta.Meta
-	var m *meta.Manager
-	m = newManager(t, s, meta.Config{Clock: clk, DefaultN: func(string) int { return 2 }, OnStep: func(key string, st meta.Step) {
+	m := newManager(t, s, meta.Config{Clock: clk, DefaultN: func(string) int { return 2 }, OnStep: func(key string, st meta.Step) {
 		steps = append(steps, st)
 		data, _, _ := s.GetMeta(ctx, key)
 		seen = append(seen, decodeMeta(t, data))
@@ -541,7 +544,7 @@ func TestRebalanceMem(t *testing.T) {
 		t.Fatalf("collisions after migration: %d, want 1", c)
 	}
 	rep, err := m.Shards(ctx, "k")
-	if err != nil || rep.Collisions != 1 || rep.Total != total || rep.Placement.Distinct != 2 {
+	if err != nil || rep.Collisions != 1 || rep.Value != total || rep.DistinctNodes != 2 {
 		t.Fatalf("Shards = %+v, %v", rep, err)
 	}
 	if changed, err := m.Rebalance(ctx, "k"); err != nil || !changed {

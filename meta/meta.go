@@ -19,20 +19,16 @@ import (
 const (
 	// DefaultTTL is how long a Manager caches a record.
 	DefaultTTL = 2 * time.Second
-	// DefaultN is the number of sub-counters when Config.DefaultN is nil.
-	DefaultN = 8
 	// DefaultMaxRounds is how many fold-out/fold-in rounds a fold tries
 	// before it reports ErrStragglers.
 	DefaultMaxRounds = 8
-	// MaxN is the largest label set.
-	MaxN = 1024
 )
 
 // Named errors.
 var (
 	// ErrConfig: the Config is not usable.
 	ErrConfig = errors.New("meta: invalid config")
-	// ErrInvalidN: a label count outside 1..MaxN.
+	// ErrInvalidN: a label count outside 1..keyspace.MaxN.
 	ErrInvalidN = errors.New("meta: invalid number of sub-counters")
 	// ErrCorrupt: a stored record cannot be decoded or breaks the rules
 	// (Write not a subset of Read, empty Write).
@@ -55,6 +51,12 @@ type Meta struct {
 	Read []string `json:"read"`
 	// Folds is the journal of folds in progress.
 	Folds []FoldState `json:"folds,omitempty"`
+	// Deadline is when the counter expires, in Unix milliseconds; 0 means
+	// never. From then on readers take it as gone. Its sub-counters are
+	// removed by the cache store.DeadlineGrace later and the record itself
+	// 2×store.DeadlineGrace later, so that a reader never sees the record
+	// gone while sub-counters remain.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // FoldState is one journaled fold: moving the value of From into To.
@@ -96,6 +98,7 @@ const (
 	StepOut       Step = "out"        // (c) one FoldOut done
 	StepIn        Step = "in"         // (d) one FoldIn done
 	StepRetired   Step = "retired"    // (f) folded labels removed from Read
+	StepDropped   Step = "dropped"    // a cold counter's record deleted
 )
 
 // Backend is the cache operations the protocol needs. *mem.Store and
@@ -104,9 +107,14 @@ type Backend interface {
 	// GetMeta returns the record of counter key; ok is false when there
 	// is none.
 	GetMeta(ctx context.Context, key string) (data []byte, ok bool, err error)
+	// GetMetas returns the records of many counters (nil: none), one
+	// pipelined round per node.
+	GetMetas(ctx context.Context, keys []string) ([][]byte, error)
 	// CASMeta stores data as key's record if the stored record's epoch
 	// equals epoch (0: only if there is no record), atomically. data is a
-	// JSON object whose first member is "epoch", a decimal integer.
+	// JSON object whose first member is "epoch", a decimal integer. nil
+	// data deletes the record (if its epoch matches). A record with a
+	// "deadline" member (Unix ms) expires 2×store.DeadlineGrace after it.
 	CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error)
 	// FoldOut moves the value out of sub-counter label of key, once per
 	// foldID: see step (c) in the package documentation.
@@ -125,6 +133,11 @@ type Durable interface {
 	// LoadMeta returns the record of counter key, or nil data and a nil
 	// error when there is none.
 	LoadMeta(ctx context.Context, key string) ([]byte, error)
+	// LoadMetas returns the records of many counters; counters without
+	// one are absent from the map.
+	LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error)
+	// DeleteMeta removes the record of counter key (none is fine).
+	DeleteMeta(ctx context.Context, key string) error
 }
 
 // Config configures a Manager. The zero value of every field is a
@@ -147,11 +160,20 @@ type Config struct {
 	// backend's Topology method when it has one, else Naive labels.
 	Topology func(ctx context.Context) (*store.Topology, error)
 	// DefaultN returns the number of sub-counters of a counter without a
-	// record; nil means DefaultN for every key.
+	// record (1..keyspace.MaxN); required.
 	DefaultN func(key string) int
 	// Naive uses keyspace.NaiveLabels for counters without a record
 	// instead of placed labels (such defaults are not pinned).
 	Naive bool
+	// Deadline returns the deadline a counter's first record takes (the
+	// deadline of its cold sub-counter, or a new counter's from its
+	// namespace's TTL); zero means none. nil means none.
+	Deadline func(ctx context.Context, key string) (time.Time, error)
+	// Cold reports whether a counter without a record is cold: one
+	// sub-counter, keyspace.ColdLabel, and no record until it grows. nil
+	// means no counter is: a counter without a record gets DefaultN placed
+	// labels (ColdLabel first), pinned by its first writer.
+	Cold func(key string) bool
 	// Durable, when set, mirrors every record.
 	Durable Durable
 	// MaxRounds bounds the fold-out/fold-in rounds of one fold; 0 means
@@ -186,7 +208,7 @@ func (c Config) withDefaults(b Backend) (Config, error) {
 		}
 	}
 	if c.DefaultN == nil {
-		c.DefaultN = func(string) int { return DefaultN }
+		return c, fmt.Errorf("%w: DefaultN is required", ErrConfig)
 	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = DefaultMaxRounds
@@ -233,12 +255,9 @@ func decode(data []byte) (Meta, error) {
 
 // clone returns a deep copy of m.
 func (m Meta) clone() Meta {
-	return Meta{
-		Epoch: m.Epoch,
-		Write: slices.Clone(m.Write),
-		Read:  slices.Clone(m.Read),
-		Folds: slices.Clone(m.Folds),
-	}
+	c := m
+	c.Write, c.Read, c.Folds = slices.Clone(m.Write), slices.Clone(m.Read), slices.Clone(m.Folds)
+	return c
 }
 
 // union returns a followed by the elements of b not in a.

@@ -66,7 +66,7 @@ func TestMigrationRebalance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("after moving slot %d (label %s) %s → %s: %d distinct primaries, %d collision(s)", slot, w[0], src, dst, rep.Placement.Distinct, rep.Collisions)
+	t.Logf("after moving slot %d (label %s) %s → %s: %d distinct primaries, %d collision(s)", slot, w[0], src, dst, rep.DistinctNodes, rep.Collisions)
 	waitAcked(t, &acked, atMove+2000)
 	changed, err := m.Rebalance(ctx, key)
 	if err != nil || !changed {

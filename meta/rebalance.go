@@ -8,21 +8,37 @@ import (
 	"github.com/hotcount/hotcount/placement"
 )
 
-// ShardReport describes a counter's metadata and where its sub-counters
-// are.
+// ShardReport is the placement report of one counter: where its
+// sub-counters live and what they hold. It is the one shard report of
+// hotcount; the library, the HTTP API and the command line all use it.
 type ShardReport struct {
-	// Meta is the current record (Epoch 0: none, defaults shown).
-	Meta Meta `json:"meta"`
-	// Placement covers every label of the read set, with values.
-	Placement placement.Summary `json:"placement"`
+	// Key is the counter key.
+	Key string `json:"key"`
+	// N is the number of sub-counters increments go to (the write set).
+	N int `json:"n"`
+	// ReadN is the number of sub-counters reads sum (the read set): more
+	// than N while a fold is under way.
+	ReadN int `json:"read_n"`
+	// Epoch is the metadata epoch; 0 when the counter has no metadata
+	// (its default labels are shown).
+	Epoch uint64 `json:"epoch"`
+	// Value is the sum of the read set.
+	Value int64 `json:"value"`
+	// DistinctNodes is how many primaries hold sub-counters of the read
+	// set.
+	DistinctNodes int `json:"distinct_nodes"`
 	// Collisions counts write-set sub-counters beyond an even spread over
-	// the primaries (0 when placement is intact).
+	// the primaries (0 while placement is intact; a slot migration can
+	// raise it; Rebalance removes it).
 	Collisions int `json:"collisions"`
-	// Total is the sum of the read set.
-	Total int64 `json:"total"`
+	// Shards lists the sub-counters of the read set, with values.
+	Shards []placement.Shard `json:"shards"`
+	// Folds lists the folds in progress.
+	Folds []FoldState `json:"folds,omitempty"`
 }
 
-// Shards reports key's labels, their slots, primaries and values.
+// Shards reports key's labels, their slots, primaries and values. It
+// creates no state: a counter without metadata shows its default labels.
 func (m *Manager) Shards(ctx context.Context, key string) (ShardReport, error) {
 	if err := keyspace.Validate(key); err != nil {
 		return ShardReport{}, err
@@ -43,13 +59,19 @@ func (m *Manager) Shards(ctx context.Context, key string) (ShardReport, error) {
 	if err != nil {
 		return ShardReport{}, fmt.Errorf("meta: read %q: %w", key, err)
 	}
+	read := placement.Report(t, key, cur.Read, vals)
 	r := ShardReport{
-		Meta:       cur.clone(),
-		Placement:  placement.Report(t, key, cur.Read, vals),
-		Collisions: placement.Report(t, key, cur.Write, nil).Collisions,
+		Key:           key,
+		N:             len(cur.Write),
+		ReadN:         len(cur.Read),
+		Epoch:         cur.Epoch,
+		DistinctNodes: read.Distinct,
+		Collisions:    placement.Report(t, key, cur.Write, nil).Collisions,
+		Shards:        read.Shards,
+		Folds:         cur.clone().Folds,
 	}
 	for _, v := range vals {
-		r.Total += v
+		r.Value += v
 	}
 	return r, nil
 }

@@ -12,12 +12,12 @@ import (
 // listed with its reason in /v1/hotkeys, and the key's N follows.
 func TestHotKeysShowAutoNDecisions(t *testing.T) {
 	ctx := context.Background()
-	c, err := hotcount.New(ctx, hotcount.Config{N: 2, AutoN: true, AutoNBudget: 5, AutoNMaxN: 8, MetaTTL: 10 * time.Millisecond})
+	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 2, NoColdStart: true}, Meta: hotcount.MetaConfig{TTL: 10 * time.Millisecond}, AutoN: hotcount.AutoNConfig{Enabled: true, Budget: 5, MaxN: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	s, _ := newTestServer(t, NewClientBackend(c, nil), Config{})
+	s, _ := newTestServer(t, c, Config{})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		for range 20 {

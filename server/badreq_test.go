@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/hotcount/hotcount"
 )
 
 // TestBadRequests sends malformed or unauthorised requests to a server over
@@ -96,7 +98,7 @@ func TestBadRequests(t *testing.T) {
 // the embedded store behind s.
 func countStoredKeys(t *testing.T, s *Server) int {
 	t.Helper()
-	b := s.backend.(*ClientBackend)
+	b := s.c.(*hotcount.Client)
 	type keyLister interface{ Keys() []string }
 	kl, ok := b.Store().(keyLister)
 	if !ok {

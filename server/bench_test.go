@@ -43,7 +43,7 @@ func benchSetup(b *testing.B) (string, *http.Client) {
 		if err != nil {
 			panic(err)
 		}
-		s, err := New(Config{Backend: NewClientBackend(c, nil), Logger: quietLogger()})
+		s, err := New(Config{Client: c, Logger: quietLogger()})
 		if err != nil {
 			panic(err)
 		}

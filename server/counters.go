@@ -1,11 +1,11 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // incrRequest is the body of POST /v1/counters/{key}/incr.
@@ -35,18 +35,14 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 		if err := validID(*req.ID); err != nil {
 			return err
 		}
-		ii, ok := s.backend.(IdempotentIncr)
-		if !ok {
-			return notImplemented("an idempotent increment (id)")
-		}
-		err = ii.IncrID(r.Context(), key, by, *req.ID)
+		err = s.c.IncrID(r.Context(), key, by, *req.ID)
 	} else {
-		err = s.backend.Incr(r.Context(), key, by)
+		err = s.c.Incr(r.Context(), key, by)
 	}
 	if err != nil {
 		return err
 	}
-	s.record(r.Context(), key)
+	s.metrics.increments.Inc()
 	writeJSON(w, http.StatusOK, incrResponse{Key: key, Accepted: true})
 	return nil
 }
@@ -56,22 +52,6 @@ type incrResponse struct {
 	Accepted bool   `json:"accepted"`
 }
 
-// record feeds an accepted increment to the server's own rate measurement
-// when the backend has none.
-func (s *Server) record(ctx context.Context, key string) {
-	s.metrics.increments.Inc()
-	_, hk := s.backend.(HotKeys)
-	_, nr := s.backend.(NodeRates)
-	if hk && nr {
-		return
-	}
-	var nodes []string
-	if p, ok := s.backend.(Placement); ok {
-		nodes, _ = p.SubCounterNodes(ctx, key)
-	}
-	s.rates.add(key, nodes)
-}
-
 // readingResponse is the answer of GET /v1/counters/{key}.
 type readingResponse struct {
 	Key     string `json:"key"`
@@ -79,14 +59,6 @@ type readingResponse struct {
 	StaleMS int64  `json:"stale_ms"`
 	Mode    string `json:"mode"`
 	N       int    `json:"n"`
-}
-
-// mode returns the durability mode of key.
-func (s *Server) mode(key string) string {
-	if m, ok := s.backend.(ModeReporter); ok {
-		return m.Mode(key)
-	}
-	return ModeFast
 }
 
 // handleGet reads a counter: the cached sum by default, or with
@@ -99,23 +71,19 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	var rd hotcount.Reading
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "", "cached":
-		rd, err = s.backend.Get(r.Context(), key)
+		rd, err = s.c.Get(r.Context(), key)
 	case "exact":
-		er, ok := s.backend.(ExactReader)
-		if !ok {
-			return notImplemented("consistency=exact")
-		}
-		if m := s.mode(key); m != ModeDurable {
+		if m := s.c.Mode(key); m != hotcount.ModeDurable {
 			return badRequest("consistency=exact needs a durable namespace; %q is in mode %s", key, m)
 		}
-		rd, err = er.GetExact(r.Context(), key)
+		rd, err = s.c.GetExact(r.Context(), key)
 	default:
 		return badRequest("consistency must be cached or exact, got %q", c)
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: s.mode(key), N: rd.N})
+	writeJSON(w, http.StatusOK, readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: string(s.c.Mode(key)), N: rd.N})
 	return nil
 }
 
@@ -143,7 +111,7 @@ func (s *Server) handleGetMulti(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("keys[%d]: %v", i, err)
 		}
 	}
-	got, err := s.backend.GetMulti(r.Context(), req.Keys)
+	got, err := s.c.GetMulti(r.Context(), req.Keys)
 	if err != nil {
 		return err
 	}
@@ -161,7 +129,7 @@ func (s *Server) handleClear(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.backend.Clear(r.Context(), key); err != nil {
+	if err := s.c.Clear(r.Context(), key); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "cleared": true})
@@ -174,11 +142,7 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sr, ok := s.backend.(ShardReporter)
-	if !ok {
-		return notImplemented("a placement report")
-	}
-	rep, err := sr.Shards(r.Context(), key)
+	rep, err := s.c.Shards(r.Context(), key)
 	if err != nil {
 		return err
 	}
@@ -204,54 +168,31 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case req.N == nil:
 		return badRequest("n is required")
-	case *req.N < 1 || *req.N > hotcount.MaxN:
-		return badRequest("n must be 1..%d, got %d", hotcount.MaxN, *req.N)
+	case *req.N < 1 || *req.N > keyspace.MaxN:
+		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *req.N)
 	}
-	rs, ok := s.backend.(Resizer)
-	if !ok {
-		return notImplemented("resizing")
-	}
-	if err := rs.Resize(r.Context(), key, *req.N); err != nil {
+	if err := s.c.Resize(r.Context(), key, *req.N); err != nil {
 		return err
 	}
-	if sr, ok := s.backend.(ShardReporter); ok {
-		rep, err := sr.Shards(r.Context(), key)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, rep)
-		return nil
+	rep, err := s.c.Shards(r.Context(), key)
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"key": key, "n": *req.N})
+	writeJSON(w, http.StatusOK, rep)
 	return nil
 }
 
-// handleNodes reports per-node write rates.
+// handleNodes reports the cache writes per node.
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) error {
-	var rates []NodeRate
-	if nr, ok := s.backend.(NodeRates); ok {
-		rates = nr.NodeRates()
-	} else {
-		var known []string
-		if p, ok := s.backend.(Placement); ok {
-			var err error
-			if known, err = p.Nodes(r.Context()); err != nil {
-				return err
-			}
-		}
-		rates = s.rates.nodeRates(known)
-	}
-	if rates == nil {
-		rates = []NodeRate{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": rates, "window_s": s.cfg.RateWindow.Seconds()})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": s.c.Nodes(r.Context())})
 	return nil
 }
 
 // maxHotKeys bounds ?n= of /v1/hotkeys.
 const maxHotKeys = 100
 
-// handleHotKeys reports the hottest keys.
+// handleHotKeys reports the hottest keys and the recent automatic-N
+// decisions.
 func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
 	n := 10
 	if v := r.URL.Query().Get("n"); v != "" {
@@ -261,32 +202,27 @@ func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("n must be an integer 1..%d, got %q", maxHotKeys, v)
 		}
 	}
-	var keys []HotKey
-	if hk, ok := s.backend.(HotKeys); ok {
-		keys = hk.HotKeys(n)
-	} else {
-		keys = s.rates.hotKeys(n)
-	}
+	keys := s.c.HotKeys(r.Context(), n)
 	if keys == nil {
-		keys = []HotKey{}
+		keys = []hotcount.HotKey{}
 	}
-	decisions := []Decision{}
-	if an, ok := s.backend.(AutoN); ok {
-		decisions = an.Decisions()
-		last := map[string]string{}
-		for _, d := range decisions {
-			last[d.Key] = d.Reason
-		}
-		for i := range keys {
-			if keys[i].Reason == "" {
-				keys[i].Reason = last[keys[i].Key]
-			}
-		}
-		if len(decisions) > maxDecisions {
-			decisions = decisions[len(decisions)-maxDecisions:]
+	decisions := s.c.Decisions()
+	last := map[string]string{}
+	for _, d := range decisions {
+		last[d.Key] = d.Reason
+	}
+	for i := range keys {
+		if keys[i].Reason == "" {
+			keys[i].Reason = last[keys[i].Key]
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"keys": keys, "decisions": decisions, "window_s": s.cfg.RateWindow.Seconds()})
+	if len(decisions) > maxDecisions {
+		decisions = decisions[len(decisions)-maxDecisions:]
+	}
+	if decisions == nil {
+		decisions = []hotcount.Decision{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": keys, "decisions": decisions})
 	return nil
 }
 

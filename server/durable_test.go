@@ -20,12 +20,12 @@ func TestDurableModeOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c, err := hotcount.New(ctx, hotcount.Config{Durable: db, Namespaces: []hotcount.Namespace{{Prefix: "orders:", Mode: hotcount.ModeDurable}}})
+	c, err := hotcount.New(ctx, hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "orders:", Mode: hotcount.ModeDurable}}, Durability: hotcount.DurabilityConfig{Store: db}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	s, _ := newTestServer(t, NewClientBackend(c, nil), Config{})
+	s, _ := newTestServer(t, c, Config{})
 	for i := 0; i < 3; i++ {
 		if r := call(t, s, "POST", "/v1/counters/orders:1/incr", `{"by":4,"id":"req-1"}`); r.status != 200 {
 			t.Fatalf("incr: %d %s", r.status, r.raw)

@@ -20,9 +20,11 @@ import (
 func newClient(t testing.TB) *hotcount.Client {
 	t.Helper()
 	c, err := hotcount.New(context.Background(), hotcount.Config{
-		NoReadCache: true,
-		MetaTTL:     10 * time.Millisecond, // resizes wait this out
-		Namespaces:  []hotcount.Namespace{{Prefix: "one:", N: 1}},
+		// resizes wait this out
+		Defaults:   hotcount.Namespace{NoColdStart: true},
+		Namespaces: []hotcount.Namespace{{Prefix: "one:", N: 1}, {Prefix: "cold:"}},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Meta:       hotcount.MetaConfig{TTL: 10 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -37,14 +39,19 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // newTestServer returns a Server over backend (a real embedded Client when
 // nil) with cfg's other fields.
-func newTestServer(t testing.TB, backend Counters, cfg Config) (*Server, *hotcount.Client) {
+func newTestServer(t testing.TB, backend Backend, cfg Config) (*Server, *hotcount.Client) {
 	t.Helper()
 	var c *hotcount.Client
-	if backend == nil {
+	switch b := backend.(type) {
+	case nil:
 		c = newClient(t)
-		backend = NewClientBackend(c, nil)
+		backend = c
+	case *hotcount.Client:
+		c = b
+	case *fake:
+		c = b.Client
 	}
-	cfg.Backend = backend
+	cfg.Client = backend
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
@@ -97,26 +104,29 @@ func value(t testing.TB, c *hotcount.Client, key string) int64 {
 	return r.Value
 }
 
-// fake is a configurable backend for tests of error paths and optional
-// capabilities.
+// fake wraps a real embedded Client and changes the answers of Incr and
+// Get, for tests of error paths.
 type fake struct {
-	incr   func(ctx context.Context, key string, delta int64) error
-	get    func(ctx context.Context, key string) (hotcount.Reading, error)
-	incrID func(ctx context.Context, key string, delta int64, id string) error
+	*hotcount.Client
+	incr func(ctx context.Context, key string, delta int64) error
+	get  func(ctx context.Context, key string) (hotcount.Reading, error)
 }
+
+// newFake returns a fake over a fresh embedded Client.
+func newFake(t testing.TB) *fake { return &fake{Client: newClient(t)} }
 
 func (f *fake) Incr(ctx context.Context, key string, delta int64) error {
 	if f.incr != nil {
 		return f.incr(ctx, key, delta)
 	}
-	return nil
+	return f.Client.Incr(ctx, key, delta)
 }
 
 func (f *fake) Get(ctx context.Context, key string) (hotcount.Reading, error) {
 	if f.get != nil {
 		return f.get(ctx, key)
 	}
-	return hotcount.Reading{Key: key}, nil
+	return f.Client.Get(ctx, key)
 }
 
 func (f *fake) GetMulti(ctx context.Context, keys []string) (map[string]hotcount.Reading, error) {
@@ -130,37 +140,3 @@ func (f *fake) GetMulti(ctx context.Context, keys []string) (map[string]hotcount
 	}
 	return out, nil
 }
-
-func (f *fake) Clear(ctx context.Context, key string) error { return nil }
-
-// fakeFull adds every optional capability to fake.
-type fakeFull struct {
-	fake
-	ids     map[string]bool
-	total   int64
-	resized int
-	mode    string
-}
-
-func (f *fakeFull) IncrID(ctx context.Context, key string, delta int64, id string) error {
-	if !f.ids[id] {
-		f.ids[id] = true
-		f.total += delta
-	}
-	return nil
-}
-
-func (f *fakeFull) GetExact(ctx context.Context, key string) (hotcount.Reading, error) {
-	return hotcount.Reading{Key: key, Value: f.total, N: 4}, nil
-}
-
-func (f *fakeFull) Mode(string) string { return f.mode }
-
-func (f *fakeFull) Resize(ctx context.Context, key string, n int) error {
-	f.resized = n
-	return nil
-}
-
-func (f *fakeFull) HotKeys(n int) []HotKey { return []HotKey{{Key: "from-backend", Rate: 7, N: 3}} }
-
-func (f *fakeFull) NodeRates() []NodeRate { return []NodeRate{{Node: "n1", Rate: 2.5}} }

@@ -26,11 +26,6 @@ func badRequest(format string, args ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
 }
 
-// notImplemented returns a 501 error for a missing backend capability.
-func notImplemented(what string) error {
-	return &httpError{status: http.StatusNotImplemented, msg: what + " is not supported by this backend"}
-}
-
 // errorBody is the JSON of every error answer.
 type errorBody struct {
 	Error string `json:"error"`
@@ -57,9 +52,9 @@ func classify(err error) (int, string) {
 	case errors.As(err, &he):
 		return he.status, he.msg
 	case errors.Is(err, hotcount.ErrInvalidKey), errors.Is(err, hotcount.ErrZeroDelta),
-		errors.Is(err, ErrNotDurable), errors.Is(err, hotcount.ErrNotDurable):
+		errors.Is(err, hotcount.ErrNotDurable), errors.Is(err, hotcount.ErrInvalidN):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, hotcount.ErrOverflow):
+	case errors.Is(err, hotcount.ErrOverflow), errors.Is(err, hotcount.ErrConflict):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, hotcount.ErrNoMetadata), errors.Is(err, hotcount.ErrConfig):
 		// The backend cannot do this as configured (no metadata store, no

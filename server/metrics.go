@@ -18,13 +18,8 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	increments prometheus.Counter
 	panics     prometheus.Counter
-	nodeRate   *prometheus.Desc
-	keyRate    *prometheus.Desc
 	handler    http.Handler
 }
-
-// hotKeysExported is how many of the hottest keys get a rate series.
-const hotKeysExported = 10
 
 func newMetrics(s *Server) *metrics {
 	return &metrics{
@@ -46,26 +41,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "hotcount_http_panics_total",
 			Help: "Handler panics caught and answered with 500.",
 		}),
-		nodeRate: prometheus.NewDesc("hotcount_node_write_rate",
-			"Writes per second on each node (measured by the server unless the backend measures it).",
-			[]string{"node"}, nil),
-		keyRate: prometheus.NewDesc("hotcount_hot_key_rate",
-			fmt.Sprintf("Increments per second of the %d hottest keys.", hotKeysExported),
-			[]string{"key"}, nil),
 	}
 }
 
-// register registers the metrics, and the backend if it is itself a
-// prometheus.Collector, on reg.
-func (m *metrics) register(reg *prometheus.Registry, backend Counters) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.increments, m.panics, rateCollector{m}} {
+// register registers the metrics and the Client's on reg.
+func (m *metrics) register(reg *prometheus.Registry) error {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.increments, m.panics, newClientCollector(m.s.c)} {
 		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("%w: registering metrics: %v", ErrConfig, err)
-		}
-	}
-	if c, ok := backend.(prometheus.Collector); ok {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("%w: registering backend metrics: %v", ErrConfig, err)
+			return fmt.Errorf("%w: registering metrics: %w", ErrConfig, err)
 		}
 	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -104,36 +87,6 @@ func (rm *routeMetrics) observe(code int, d time.Duration) {
 // observeUnmatched records a request no route claimed.
 func (m *metrics) observeUnmatched(code int) {
 	m.requests.WithLabelValues("unmatched", strconv.Itoa(code)).Inc()
-}
-
-// rateCollector exports the measured rates at scrape time.
-type rateCollector struct{ m *metrics }
-
-func (c rateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.m.nodeRate
-	ch <- c.m.keyRate
-}
-
-func (c rateCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.m.s
-	var nodes []NodeRate
-	if nr, ok := s.backend.(NodeRates); ok {
-		nodes = nr.NodeRates()
-	} else {
-		nodes = s.rates.nodeRates(nil)
-	}
-	for _, n := range nodes {
-		ch <- prometheus.MustNewConstMetric(c.m.nodeRate, prometheus.GaugeValue, n.Rate, n.Node)
-	}
-	var keys []HotKey
-	if hk, ok := s.backend.(HotKeys); ok {
-		keys = hk.HotKeys(hotKeysExported)
-	} else {
-		keys = s.rates.hotKeys(hotKeysExported)
-	}
-	for _, k := range keys {
-		ch <- prometheus.MustNewConstMetric(c.m.keyRate, prometheus.GaugeValue, k.Rate, k.Key)
-	}
 }
 
 // handleMetrics serves the registry in the Prometheus text format.

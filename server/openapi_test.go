@@ -31,7 +31,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			documented[strings.ToUpper(m)+" "+p] = true
 		}
 	}
-	s, _ := newTestServer(t, &fake{}, Config{})
+	s, _ := newTestServer(t, newFake(t), Config{})
 	served := map[string]bool{}
 	for _, pat := range s.Routes() {
 		// "GET /{$}" is "/", "{file...}" is "{file}".

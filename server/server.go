@@ -1,12 +1,11 @@
-// Package server is hotcount's HTTP face: a JSON API over a counter backend,
-// Prometheus metrics, health probes and a live dashboard, all from one
-// http.Handler that opens no listener itself.
+// Package server is hotcount's HTTP face: a JSON API over a
+// *hotcount.Client, Prometheus metrics, health probes and a live
+// dashboard, all from one http.Handler that opens no listener itself.
 //
-// The backend is anything that satisfies Counters (a *hotcount.Client does,
-// and NewClientBackend adds placement and health on top of one). Further
-// capabilities — idempotent increments, exact reads, placement reports,
-// resizing, rate measurement — are small interfaces discovered by type
-// assertion; an endpoint whose capability the backend lacks answers 501.
+// The server translates HTTP into Client calls and Client results into
+// JSON; it keeps no model of the data of its own. Hot keys, node write
+// rates, automatic-N decisions and the loss-window gauges all come from the
+// Client, which measures them in every mode.
 //
 // Every request is checked completely before anything is changed: the key
 // (one URL-escaped path segment, hotcount.ValidateKey), the body (a JSON
@@ -16,15 +15,9 @@
 // are JSON {"error": "..."} with the status documented in openapi.json;
 // backend trouble is 503 with Retry-After. A recover guard answers 500 if a
 // handler panics, but no input is meant to reach it.
-//
-// When the backend measures no write rates itself, the server counts the
-// increments it accepts per key and per node in a ring of time buckets, each
-// a bounded Space-Saving summary (see rates.go), for /v1/hotkeys, /v1/nodes
-// and the dashboard.
 package server
 
 import (
-	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -47,17 +40,15 @@ const (
 	DefaultMaxKeys = 1000
 	// DefaultRetryAfter is the Retry-After of a 503.
 	DefaultRetryAfter = time.Second
-	// DefaultRateWindow is the span over which rates are measured.
-	DefaultRateWindow = 10 * time.Second
 )
 
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("hotcount: invalid server config")
 
-// Config configures a Server. Only Backend is required.
+// Config configures a Server. Only Client is required.
 type Config struct {
-	// Backend holds the counters.
-	Backend Counters
+	// Client holds the counters: a *hotcount.Client.
+	Client Backend
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// the write endpoints (increment, clear, resize).
 	Token string
@@ -72,21 +63,15 @@ type Config struct {
 	MaxKeys int
 	// RetryAfter is sent with 503 answers; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
-	// RateWindow is the span of the server's own rate measurement; 0 means
-	// DefaultRateWindow. It is cut into ten buckets.
-	RateWindow time.Duration
-	// Now is the clock of the rate measurement; nil means time.Now.
-	Now func() time.Time
 }
 
 // Server serves the hotcount HTTP API. Create it with New.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	backend Counters
+	c       Backend
 	mux     *http.ServeMux
 	routes  []string
-	rates   *rateTracker
 	reg     *prometheus.Registry
 	metrics *metrics
 	ready   chan struct{} // closed by Drain
@@ -105,8 +90,8 @@ type route struct {
 
 // New returns a Server for cfg. The caller's Config is not modified.
 func New(cfg Config) (*Server, error) {
-	if cfg.Backend == nil {
-		return nil, fmt.Errorf("%w: Backend is required", ErrConfig)
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is required", ErrConfig)
 	}
 	if strings.TrimSpace(cfg.Token) != cfg.Token {
 		return nil, fmt.Errorf("%w: Token must not have surrounding spaces", ErrConfig)
@@ -115,7 +100,7 @@ func New(cfg Config) (*Server, error) {
 		name string
 		v    int64
 	}{{"MaxBody", cfg.MaxBody}, {"MaxBatchBody", cfg.MaxBatchBody}, {"MaxKeys", int64(cfg.MaxKeys)},
-		{"RetryAfter", int64(cfg.RetryAfter)}, {"RateWindow", int64(cfg.RateWindow)}} {
+		{"RetryAfter", int64(cfg.RetryAfter)}} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("%w: %s must not be negative", ErrConfig, f.name)
 		}
@@ -132,20 +117,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	if cfg.RateWindow == 0 {
-		cfg.RateWindow = DefaultRateWindow
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	s := &Server{cfg: cfg, log: cfg.Logger, backend: cfg.Backend, mux: http.NewServeMux(), ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, c: cfg.Client, mux: http.NewServeMux(), ready: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.rates = newRateTracker(rateConfig{width: cfg.RateWindow / 10, buckets: 10, k: 128, now: cfg.Now})
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s)
-	if err := s.metrics.register(s.reg, cfg.Backend); err != nil {
+	if err := s.metrics.register(s.reg); err != nil {
 		return nil, err
 	}
 	for _, rt := range s.table() {
@@ -324,12 +302,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 		return &httpError{status: http.StatusServiceUnavailable, msg: "shutting down"}
 	default:
 	}
-	if h, ok := s.backend.(Healthy); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := h.Ping(ctx); err != nil {
-			return &httpError{status: http.StatusServiceUnavailable, msg: "backend not ready: " + err.Error()}
-		}
+	if err := s.c.Ping(r.Context()); err != nil {
+		return &httpError{status: http.StatusServiceUnavailable, msg: "backend not ready: " + err.Error()}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil

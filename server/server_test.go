@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/store"
 )
 
 func TestIncrGetClear(t *testing.T) {
@@ -82,14 +83,16 @@ func TestGetMulti(t *testing.T) {
 
 func TestOverflowIsConflict(t *testing.T) {
 	s, c := newTestServer(t, nil, Config{})
-	body := fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))
-	if r := call(t, s, "POST", "/v1/counters/one:k/incr", body); r.status != 200 {
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))); r.status != 409 {
+		t.Fatalf("past the sub-counter bound: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(store.MaxValue))); r.status != 200 {
 		t.Fatalf("first: %d %s", r.status, r.raw)
 	}
 	if r := call(t, s, "POST", "/v1/counters/one:k/incr", `{"by": 1}`); r.status != 409 || r.body["error"] == nil {
 		t.Fatalf("overflow: %d %s", r.status, r.raw)
 	}
-	if v := value(t, c, "one:k"); v != math.MaxInt64 {
+	if v := value(t, c, "one:k"); v != store.MaxValue {
 		t.Fatalf("value changed on overflow: %d", v)
 	}
 }
@@ -126,14 +129,16 @@ func TestShardsAndPlacementRates(t *testing.T) {
 	if r.status != 200 || len(nodes) != hotcount.DefaultEmbeddedNodes {
 		t.Fatalf("nodes: %d %s", r.status, r.raw)
 	}
-	var total float64
+	var total int64
+	var rate float64
 	for _, n := range nodes {
+		v, _ := n.(map[string]any)["total"].(json.Number).Int64()
 		f, _ := n.(map[string]any)["rate"].(json.Number).Float64()
-		total += f
+		total, rate = total+v, rate+f
 	}
-	// 5 increments in a window of at least one bucket (1 s) and at most 10 s.
-	if total <= 0 || total > 5+1e-9 {
-		t.Fatalf("node rates sum to %v", total)
+	// 5 unbuffered increments: 5 cache writes.
+	if total != 5 || rate <= 0 {
+		t.Fatalf("node writes sum to %d at %v/s, want 5", total, rate)
 	}
 	// Growing is immediate; the value is kept.
 	r = call(t, s, "PUT", "/v1/counters/hot/shards", `{"n": 16}`)
@@ -145,53 +150,40 @@ func TestShardsAndPlacementRates(t *testing.T) {
 	}
 }
 
-func TestOptionalCapabilities(t *testing.T) {
-	f := &fakeFull{ids: map[string]bool{}, mode: ModeDurable}
-	s, _ := newTestServer(t, f, Config{})
-	for i := 0; i < 3; i++ {
-		if r := call(t, s, "POST", "/v1/counters/k/incr", `{"by":2,"id":"req-1"}`); r.status != 200 {
-			t.Fatalf("incr id: %d %s", r.status, r.raw)
+// TestMeasurementsFromTheClient: /v1/hotkeys and /v1/nodes show what the
+// Client measured: the increments arriving per key and the cache writes
+// per node.
+func TestMeasurementsFromTheClient(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	for range 50 {
+		if r := call(t, s, "POST", "/v1/counters/likes:1/incr", ""); r.status != 200 {
+			t.Fatalf("incr: %d %s", r.status, r.raw)
 		}
 	}
-	r := call(t, s, "GET", "/v1/counters/k?consistency=exact", "")
-	if r.status != 200 || r.body["value"] != json.Number("2") || r.body["mode"] != "durable" {
-		t.Fatalf("exact: %d %s", r.status, r.raw)
+	r := call(t, s, "GET", "/v1/hotkeys", "")
+	keys, _ := r.body["keys"].([]any)
+	if r.status != 200 || len(keys) == 0 {
+		t.Fatalf("hotkeys: %d %s", r.status, r.raw)
 	}
-	f.mode = ModeFast
-	if r := call(t, s, "GET", "/v1/counters/k?consistency=exact", ""); r.status != 400 {
-		t.Fatalf("exact on a fast key: %d %s", r.status, r.raw)
+	k := keys[0].(map[string]any)
+	if k["key"] != "likes:1" || k["n"] != json.Number("8") {
+		t.Fatalf("hot key %v", k)
 	}
-	r = call(t, s, "PUT", "/v1/counters/k/shards", `{"n": 16}`)
-	if r.status != 200 || f.resized != 16 {
-		t.Fatalf("resize: %d %s (resized %d)", r.status, r.raw, f.resized)
+	if a, _ := k["arrivals"].(json.Number).Float64(); a <= 0 {
+		t.Fatalf("hot key without arrivals: %v", k)
 	}
-	if r := call(t, s, "GET", "/v1/hotkeys", ""); !strings.Contains(r.raw, "from-backend") {
-		t.Fatalf("hotkeys from backend: %s", r.raw)
+	r = call(t, s, "GET", "/v1/nodes", "")
+	nodes, _ := r.body["nodes"].([]any)
+	var total int64
+	for _, n := range nodes {
+		v, _ := n.(map[string]any)["total"].(json.Number).Int64()
+		total += v
 	}
-	if r := call(t, s, "GET", "/v1/nodes", ""); !strings.Contains(r.raw, `"n1"`) {
-		t.Fatalf("nodes from backend: %s", r.raw)
+	if r.status != 200 || len(nodes) != 3 || total != 50 {
+		t.Fatalf("nodes: %d %s (total %d, want 50)", r.status, r.raw, total)
 	}
-	if r := call(t, s, "GET", "/v1/counters/k/shards", ""); r.status != 501 {
-		t.Fatalf("shards without ShardReporter: %d %s", r.status, r.raw)
-	}
-}
-
-func TestMissingCapabilities(t *testing.T) {
-	var incrs int
-	f := &fake{incr: func(context.Context, string, int64) error { incrs++; return nil }}
-	s, _ := newTestServer(t, f, Config{})
-	for _, tc := range []struct{ method, path, body string }{
-		{"POST", "/v1/counters/k/incr", `{"id":"x"}`},
-		{"GET", "/v1/counters/k?consistency=exact", ""},
-		{"GET", "/v1/counters/k/shards", ""},
-		{"PUT", "/v1/counters/k/shards", `{"n":4}`},
-	} {
-		if r := call(t, s, tc.method, tc.path, tc.body); r.status != 501 || r.body["error"] == nil {
-			t.Errorf("%s %s: %d %s", tc.method, tc.path, r.status, r.raw)
-		}
-	}
-	if incrs != 0 {
-		t.Fatalf("a 501 incremented")
+	if v := value(t, c, "likes:1"); v != 50 {
+		t.Fatalf("value %d", v)
 	}
 }
 
@@ -213,8 +205,9 @@ func TestFastKeyRefusesDurableFeatures(t *testing.T) {
 func TestBackendUnavailable(t *testing.T) {
 	down := fmt.Errorf("dial: %w", hotcount.ErrUnavailable)
 	f := &fake{
-		incr: func(context.Context, string, int64) error { return down },
-		get:  func(context.Context, string) (hotcount.Reading, error) { return hotcount.Reading{}, down },
+		Client: newClient(t),
+		incr:   func(context.Context, string, int64) error { return down },
+		get:    func(context.Context, string) (hotcount.Reading, error) { return hotcount.Reading{}, down },
 	}
 	s, _ := newTestServer(t, f, Config{RetryAfter: 3e9})
 	for _, tc := range []struct{ method, path, body string }{
@@ -230,7 +223,7 @@ func TestBackendUnavailable(t *testing.T) {
 }
 
 func TestPanicIsRecovered(t *testing.T) {
-	f := &fake{incr: func(context.Context, string, int64) error { panic("boom") }}
+	f := &fake{Client: newClient(t), incr: func(context.Context, string, int64) error { panic("boom") }}
 	s, _ := newTestServer(t, f, Config{})
 	r := call(t, s, "POST", "/v1/counters/k/incr", "")
 	if r.status != 500 || r.body["error"] != "internal error" {
@@ -272,7 +265,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	for _, want := range []string{
 		`hotcount_http_requests_total{code="200",route="POST /v1/counters/{key}/incr"} 1`,
 		"hotcount_http_increments_total 1",
-		`hotcount_hot_key_rate{key="m"}`,
+		`hotcount_cache_writes_total{node=`,
 		`hotcount_node_write_rate{node=`,
 		"hotcount_buffer_unflushed_delta 0",
 		"hotcount_buffer_oldest_unflushed_seconds 0",
@@ -336,13 +329,13 @@ func TestNewConfig(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("New without a backend succeeded")
 	}
-	if _, err := New(Config{Backend: &fake{}, MaxKeys: -1}); err == nil {
+	if _, err := New(Config{Client: newClient(t), MaxKeys: -1}); err == nil {
 		t.Fatal("negative MaxKeys accepted")
 	}
-	if _, err := New(Config{Backend: &fake{}, Token: " x"}); err == nil {
+	if _, err := New(Config{Client: newClient(t), Token: " x"}); err == nil {
 		t.Fatal("token with a space accepted")
 	}
-	if _, err := New(Config{Backend: &fake{}}); err != nil {
+	if _, err := New(Config{Client: newClient(t)}); err != nil {
 		t.Fatalf("New: %v", err)
 	}
 }

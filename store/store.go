@@ -20,6 +20,17 @@ import (
 	"github.com/hotcount/hotcount/keyspace"
 )
 
+// MaxValue is the largest magnitude an increment may leave on a
+// sub-counter: 2^53 − 1, so that the sum of any keyspace.MaxN (1,024)
+// sub-counters stays within int64 and no accepted increment can make a
+// counter unreadable. IncrMulti refuses (ErrOverflow, nothing changed) a
+// tokened increment that would pass it; the Client checks the value IncrBy returns
+// and takes back an increment that passed it. Folds, which only move
+// values between sub-counters, are not bounded. 2^53 − 1 is also the
+// largest integer a Lua number (a double) holds exactly, so a script can
+// compare against it without rounding.
+const MaxValue = 1<<53 - 1
+
 // Named errors shared by all backends. Wrap them; test with errors.Is.
 var (
 	// ErrOverflow: the increment would take the value outside int64; nothing
@@ -40,7 +51,10 @@ type Store interface {
 	// returns ErrOverflow and leaves the value unchanged.
 	IncrBy(ctx context.Context, key string, delta int64) (int64, error)
 	// IncrMulti applies many increments, grouped by node, one pipelined
-	// round per node (bounded concurrency, a timeout per round). An op with
+	// round per node (bounded concurrency, a timeout per round). An op
+	// with a TokenKey (every sub-counter write the Client batches) that
+	// would take its key past ±MaxValue fails with ErrOverflow and changes
+	// nothing. An op with
 	// a TokenKey is applied at most once per token within its TTL: the
 	// token check, the token write and the increment are one atomic step
 	// in the key's slot, so a retried op never double-counts. The result
@@ -67,6 +81,24 @@ type IncrOp struct {
 	TokenKey string
 	// TTL is how long the token is remembered; zero means DefaultTokenTTL.
 	TTL time.Duration
+	// ExpireAt, when not zero, is given to Key as its deadline if it has
+	// none (Redis PEXPIREAT … NX), in the same atomic step.
+	ExpireAt time.Time
+}
+
+// DeadlineGrace is how long after a sharded counter's deadline the cache
+// keeps its sub-counters, and, twice as long, its metadata record: readers
+// take the counter as gone at the deadline, and the record outlives every
+// sub-counter, so no reader sums part of an expired counter. It bounds the
+// clock skew allowed between processes and cache nodes.
+const DeadlineGrace = time.Minute
+
+// Deadline is what a store knows of a key's life.
+type Deadline struct {
+	// Exists reports whether the key holds a value.
+	Exists bool
+	// At is the key's deadline; zero when it has none.
+	At time.Time
 }
 
 // IncrResult is the outcome of one IncrOp.

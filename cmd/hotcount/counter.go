@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // backendFlags are the flags that choose a backend for one-shot commands:
@@ -42,13 +43,13 @@ func (b *backendFlags) remote(stderr io.Writer) (r *remote, code int, ok bool) {
 }
 
 func (b *backendFlags) open(ctx context.Context) (*hotcount.Client, error) {
-	return hotcount.New(ctx, hotcount.Config{Redis: splitAddrs(b.redis), N: b.n, NoReadCache: true})
+	return hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: splitAddrs(b.redis)}, Defaults: hotcount.Namespace{N: b.n}, Reads: hotcount.ReadConfig{NoCache: true}})
 }
 
 // checkN rejects an N outside 1..MaxN.
 func (b *backendFlags) checkN(stderr io.Writer) (int, bool) {
-	if b.n < 1 || b.n > hotcount.MaxN {
-		return usagef(stderr, "--n must be 1..%d, got %d", hotcount.MaxN, b.n), false
+	if b.n < 1 || b.n > keyspace.MaxN {
+		return usagef(stderr, "--n must be 1..%d, got %d", keyspace.MaxN, b.n), false
 	}
 	return 0, true
 }

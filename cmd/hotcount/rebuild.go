@@ -10,6 +10,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // runRebuild recreates the cache view of counters from the durable store:
@@ -39,8 +40,8 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usagef(stderr, "rebuild: --schema needs --postgres")
 	case *key != "" && *prefix != "":
 		return usagef(stderr, "rebuild: give --key or --prefix, not both")
-	case *n < 1 || *n > hotcount.MaxN:
-		return usagef(stderr, "rebuild: --n must be 1..%d, got %d", hotcount.MaxN, *n)
+	case *n < 1 || *n > keyspace.MaxN:
+		return usagef(stderr, "rebuild: --n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
 	if *key != "" {
 		if err := hotcount.ValidateKey(*key); err != nil {
@@ -59,9 +60,11 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer be.Close()
 	c, err := hotcount.New(ctx, hotcount.Config{
-		NoStartupRepair: true, // the rebuild below does it and reports it
-		Redis:           splitAddrs(*redisAddrs), N: *n, Mode: hotcount.ModeDurable,
-		Durable: be, NoReadCache: true,
+		// the rebuild below does it and reports it
+		Redis:      hotcount.RedisConfig{Addrs: splitAddrs(*redisAddrs)},
+		Defaults:   hotcount.Namespace{N: *n, Mode: hotcount.ModeDurable},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{NoStartupRepair: true, Store: be},
 	})
 	if err != nil {
 		return openFailure(stderr, err)

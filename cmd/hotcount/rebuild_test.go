@@ -64,7 +64,7 @@ func TestRebuildCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			be, flags := tc.open(t)
-			c, err := hotcount.New(ctx, hotcount.Config{Redis: []string{n.Addr}, Mode: hotcount.ModeDurable, Durable: be})
+			c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: []string{n.Addr}}, Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: be}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/hotcount/hotcount"
 )
 
 // TestCommandsAgainstServer runs incr, get, shards and resize with
@@ -34,8 +36,8 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Fatalf("resize: exit %d: %s", code, stderr)
 	}
 	code, out, stderr = runCLI("shards", "--key", "likes:post:9", "--json", "--server", base)
-	var rep shardsJSON
-	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 3 || len(rep.Shards) != 3 || rep.Total != 20 {
+	var rep hotcount.ShardReport
+	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 3 || len(rep.Shards) != 3 || rep.Value != 20 {
 		t.Fatalf("shards: exit %d, %q %s", code, out, stderr)
 	}
 	for _, s := range rep.Shards {

@@ -18,7 +18,6 @@ import (
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/server"
-	"github.com/hotcount/hotcount/server/config"
 )
 
 // shutdownTimeout bounds the graceful stop: in-flight requests first, then
@@ -30,19 +29,19 @@ const shutdownTimeout = 15 * time.Second
 // requests and closes the Client, which drains what it buffered.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", stderr)
-	fs.String(config.Listen, config.DefaultListen, "host:port to serve on (port 0: any free port); env HOTCOUNT_LISTEN")
-	fs.String(config.Redis, "", "Redis seed addresses, comma-separated (empty: the embedded store); env HOTCOUNT_REDIS")
-	fs.String(config.Postgres, "", "PostgreSQL URL of the durable store (instead of --data); env HOTCOUNT_POSTGRES")
-	fs.String(config.Data, config.DefaultData, "folder of the SQLite durable store, created if missing; env HOTCOUNT_DATA")
-	fs.String(config.Mode, config.DefaultMode, "durability mode of keys no namespace names: fast or durable; env HOTCOUNT_MODE")
-	fs.String(config.File, "", "YAML config file (listen, redis, postgres, data, mode, token, namespaces); env HOTCOUNT_CONFIG")
-	fs.String(config.Token, "", "bearer token required by write endpoints; env HOTCOUNT_TOKEN")
+	fs.String(setListen, defaultListen, "host:port to serve on (port 0: any free port); env HOTCOUNT_LISTEN")
+	fs.String(setRedis, "", "Redis seed addresses, comma-separated (empty: the embedded store); env HOTCOUNT_REDIS")
+	fs.String(setPostgres, "", "PostgreSQL URL of the durable store (instead of --data); env HOTCOUNT_POSTGRES")
+	fs.String(setData, defaultData, "folder of the SQLite durable store, created if missing; env HOTCOUNT_DATA")
+	fs.String(setMode, defaultMode, "durability mode of keys no namespace names: fast or durable; env HOTCOUNT_MODE")
+	fs.String(setFile, "", "YAML config file (listen, redis, postgres, data, mode, token, namespaces); env HOTCOUNT_CONFIG")
+	fs.String(setToken, "", "bearer token required by write endpoints; env HOTCOUNT_TOKEN")
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
-	cfg, err := config.Load(set, os.LookupEnv)
+	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return usagef(stderr, "serve: %v", err)
 	}
@@ -50,29 +49,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // clientConfig turns the serve configuration into the library's, with db
-// as the durable store.
-func clientConfig(cfg config.Config, db durable.Backend, stderr io.Writer) hotcount.Config {
-	hc := hotcount.Config{Redis: append([]string(nil), cfg.Redis...), Mode: hotcount.Mode(cfg.Mode), Durable: db}
+// as the durable store. Each namespace keeps its own flush interval.
+func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
+	hc := hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: append([]string(nil), cfg.Redis...)},
+		Defaults:   hotcount.Namespace{Mode: hotcount.Mode(cfg.Mode)},
+		Durability: hotcount.DurabilityConfig{Store: db},
+	}
 	for _, ns := range cfg.Namespaces {
-		hc.Namespaces = append(hc.Namespaces, hotcount.Namespace{
-			Prefix: ns.Prefix, N: ns.N, Mode: hotcount.Mode(ns.Mode), Buffered: ns.Buffered != nil && *ns.Buffered,
-			ReadCacheTTL: ns.ReadCacheTTL,
-		})
-		// One buffer serves every namespace: it flushes at the shortest
-		// flush_interval asked for, which only ever shortens a loss window.
-		if ns.FlushInterval != 0 && (hc.FlushInterval == 0 || ns.FlushInterval < hc.FlushInterval) {
-			hc.FlushInterval = ns.FlushInterval
-		}
+		hc.Namespaces = append(hc.Namespaces, ns.namespace())
 	}
 	if a := cfg.AutoN; a != nil {
-		hc.AutoN, hc.AutoNBudget, hc.AutoNMaxN, hc.AutoNHysteresis = true, a.Budget, a.MaxN, a.Hysteresis
+		hc.AutoN = hotcount.AutoNConfig{Enabled: true, Budget: a.Budget, MaxN: a.MaxN, Hysteresis: a.Hysteresis}
 	}
 	return hc
 }
 
 // openDurable opens the durable store: PostgreSQL when a URL is given,
 // else the SQLite file in the data folder (created if missing).
-func openDurable(ctx context.Context, cfg config.Config) (durable.Backend, error) {
+func openDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) {
 	if cfg.Postgres != "" {
 		return postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
 	}
@@ -83,12 +78,12 @@ func openDurable(ctx context.Context, cfg config.Config) (durable.Backend, error
 }
 
 // serve runs the server for a validated configuration.
-func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) int {
+func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	db, err := openDurable(ctx, cfg)
 	if err != nil {
 		return failf(stderr, "serve: durable store: %v", err)
 	}
-	c, err := hotcount.New(ctx, clientConfig(cfg, db, stderr))
+	c, err := hotcount.New(ctx, clientConfig(cfg, db))
 	if err != nil {
 		db.Close()
 		return openFailure(stderr, err)
@@ -101,7 +96,7 @@ func serve(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) int
 		return errors.Join(c.Close(cctx), db.Close())
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	srv, err := server.New(server.Config{Backend: server.NewClientBackend(c, nil), Token: cfg.Token, Logger: logger})
+	srv, err := server.New(server.Config{Client: c, Token: cfg.Token, Logger: logger})
 	if err != nil {
 		closeClient()
 		return failf(stderr, "serve: %v", err)

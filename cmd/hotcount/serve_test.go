@@ -16,14 +16,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hotcount/hotcount/server/config"
 )
 
 // clearServeEnv keeps the caller's HOTCOUNT_* variables out of the tests.
 func clearServeEnv(t *testing.T) {
-	for _, n := range config.Names {
-		t.Setenv(config.EnvName(n), "")
+	for _, n := range settingNames {
+		t.Setenv(envName(n), "")
 	}
 }
 

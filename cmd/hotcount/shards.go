@@ -6,25 +6,16 @@ import (
 	"io"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/placement"
 )
-
-// shardsJSON is the output of `hotcount shards --json`.
-type shardsJSON struct {
-	Key        string            `json:"key"`
-	N          int               `json:"n"`
-	Epoch      uint64            `json:"epoch"`
-	Shards     []placement.Shard `json:"shards"`
-	Collisions int               `json:"collisions"`
-	Total      int64             `json:"total"`
-}
 
 func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("shards", stderr)
 	var b backendFlags
 	b.register(fs)
 	key := fs.String("key", "", "counter key (required)")
-	asJSON := fs.Bool("json", false, `print JSON: {"key", "shards": [{"label","key","slot","node","value"}], "collisions"}`)
+	asJSON := fs.Bool("json", false, `print the report as JSON, with the HTTP API's field names: {"key","n","read_n","epoch","value","distinct_nodes","collisions","shards":[{"label","key","slot","node","value"}]}`)
 	rebalance := fs.Bool("rebalance", false, "first move colliding sub-counters back onto distinct primaries (with --redis)")
 	if code, done := fs.parse(args); done {
 		return code
@@ -45,18 +36,11 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return code
 	}
-	var out shardsJSON
+	var out hotcount.ShardReport
 	if rem != nil {
-		var rep struct {
-			N          int               `json:"n"`
-			Value      int64             `json:"value"`
-			Shards     []placement.Shard `json:"shards"`
-			Collisions int               `json:"collisions"`
-		}
-		if err := rem.do(ctx, "GET", counterPath(*key, "/shards"), nil, &rep); err != nil {
+		if err := rem.do(ctx, "GET", counterPath(*key, "/shards"), nil, &out); err != nil {
 			return remoteFailure(stderr, "shards", err)
 		}
-		out = shardsJSON{Key: *key, N: rep.N, Shards: rep.Shards, Collisions: rep.Collisions, Total: rep.Value}
 	} else {
 		c, err := b.open(ctx)
 		if err != nil {
@@ -72,13 +56,8 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				fmt.Fprintln(stdout, "rebalanced: colliding sub-counters folded onto distinct primaries")
 			}
 		}
-		rep, err := c.Shards(ctx, *key)
-		if err != nil {
+		if out, err = c.Shards(ctx, *key); err != nil {
 			return failf(stderr, "shards: %v", err)
-		}
-		out = shardsJSON{
-			Key: *key, N: len(rep.Meta.Write), Epoch: rep.Meta.Epoch,
-			Shards: rep.Placement.Shards, Collisions: rep.Collisions, Total: rep.Total,
 		}
 	}
 	if out.Shards == nil {
@@ -87,7 +66,8 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *asJSON {
 		return printJSON(stdout, stderr, out)
 	}
-	fmt.Fprintf(stdout, "%s: n=%d epoch=%d total=%d collisions=%d\n", out.Key, out.N, out.Epoch, out.Total, out.Collisions)
+	fmt.Fprintf(stdout, "%s: n=%d read_n=%d epoch=%d value=%d distinct_nodes=%d collisions=%d\n",
+		out.Key, out.N, out.ReadN, out.Epoch, out.Value, out.DistinctNodes, out.Collisions)
 	fmt.Fprintf(stdout, "%-6s %-6s %-22s %12s  %s\n", "label", "slot", "node", "value", "sub-key")
 	for _, s := range out.Shards {
 		fmt.Fprintf(stdout, "%-6s %-6d %-22s %12d  %s\n", s.Label, s.Slot, s.Node, s.Value, s.Key)
@@ -109,8 +89,8 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	switch {
 	case *key == "":
 		return usagef(stderr, "resize: --key is required")
-	case *n < 1 || *n > hotcount.MaxN:
-		return usagef(stderr, "resize: --n must be 1..%d, got %d", hotcount.MaxN, *n)
+	case *n < 1 || *n > keyspace.MaxN:
+		return usagef(stderr, "resize: --n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
 	if err := hotcount.ValidateKey(*key); err != nil {
 		return usagef(stderr, "resize: %v", err)
@@ -123,22 +103,13 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if err != nil {
 			return usagef(stderr, "resize: %v", err)
 		}
-		var rep struct {
-			N      int `json:"n"`
-			Shards []struct {
-				Label string `json:"label"`
-			} `json:"shards"`
-		}
+		var rep hotcount.ShardReport
 		if err := rem.do(ctx, "PUT", counterPath(*key, "/shards"), map[string]int{"n": *n}, &rep); err != nil {
 			return remoteFailure(stderr, "resize", err)
 		}
-		if *asJSON {
-			return printJSON(stdout, stderr, map[string]any{"key": *key, "n": rep.N})
-		}
-		fmt.Fprintf(stdout, "%s: n=%d\n", *key, rep.N)
-		return exitOK
+		return printResized(stdout, stderr, rep, *asJSON)
 	}
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: splitAddrs(*redis), NoReadCache: true})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: splitAddrs(*redis)}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		return openFailure(stderr, err)
 	}
@@ -146,13 +117,23 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := c.Resize(ctx, *key, *n); err != nil {
 		return failf(stderr, "resize: %v", err)
 	}
-	w, _, err := c.Labels(ctx, *key)
+	rep, err := c.Shards(ctx, *key)
 	if err != nil {
 		return failf(stderr, "resize: %v", err)
 	}
-	if *asJSON {
-		return printJSON(stdout, stderr, map[string]any{"key": *key, "n": len(w), "labels": w})
+	return printResized(stdout, stderr, rep, *asJSON)
+}
+
+// printResized prints the report after a resize: as JSON (the shard
+// report), or one line.
+func printResized(stdout, stderr io.Writer, rep hotcount.ShardReport, asJSON bool) int {
+	if asJSON {
+		return printJSON(stdout, stderr, rep)
 	}
-	fmt.Fprintf(stdout, "%s: n=%d labels=%v\n", *key, len(w), w)
+	labels := make([]string, len(rep.Shards))
+	for i, s := range rep.Shards {
+		labels[i] = s.Label
+	}
+	fmt.Fprintf(stdout, "%s: n=%d read_n=%d labels=%v\n", rep.Key, rep.N, rep.ReadN, labels)
 	return exitOK
 }

@@ -98,11 +98,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	before := runtime.NumGoroutine()
 	prefix := fmt.Sprintf("soak:%d:", time.Now().UnixNano())
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Redis:         splitAddrs(*redis),
-		N:             4,
-		ReadCacheTTL:  100 * time.Millisecond,
-		FlushInterval: 100 * time.Millisecond,
-		Namespaces:    []hotcount.Namespace{{Prefix: prefix + "b:", Buffered: true}},
+		Redis:      hotcount.RedisConfig{Addrs: splitAddrs(*redis)},
+		Defaults:   hotcount.Namespace{N: 4, ReadCacheTTL: 100 * time.Millisecond, FlushInterval: 100 * time.Millisecond},
+		Namespaces: []hotcount.Namespace{{Prefix: prefix + "b:", Buffered: true}},
 	})
 	if err != nil {
 		return openFailure(stderr, err)
@@ -298,7 +296,7 @@ func soakSnapshot(start time.Time, c *hotcount.Client, counts *soakCounts) soakS
 		HeapInuse:  ms.HeapInuse,
 		Sys:        ms.Sys,
 		Goroutines: runtime.NumGoroutine(),
-		Unflushed:  c.BufferStats().Unflushed,
+		Unflushed:  c.Stats().Buffer.Unflushed,
 	}
 }
 

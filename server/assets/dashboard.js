@@ -73,7 +73,7 @@
       if (hot.keys.length) values = (await api("POST", "/v1/counters:get", { keys: hot.keys.map((k) => k.key) })).values;
       if (!state.userChose && hot.keys.length) state.chosen = hot.keys[0].key;
       fill("#hotkeys tbody", hot.keys.map((k) => ({ key: k.key, chosen: k.key === state.chosen, cells: [
-        { text: k.key, cls: "key" }, { text: fmtRate(k.rate), cls: "rate" }, { text: String(k.n || "?"), cls: "n" },
+        { text: k.key, cls: "key" }, { text: fmtRate(k.arrivals), cls: "rate" }, { text: String(k.n || "?"), cls: "n" },
         { text: String(values[k.key] ?? ""), cls: "value" }, { text: k.reason || "" }] })));
       const ds = (hot.decisions || []).slice(-8).reverse();
       fill("#decisions tbody", ds.length ? ds.map((d) => ({ cells: [

@@ -1,0 +1,134 @@
+package hotcount
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hotcount/hotcount/keyspace"
+)
+
+// Resize changes the number of sub-counters of key to n (1..keyspace.MaxN).
+// Growing is safe at once (readers see the new labels before writers use
+// them); shrinking folds each removed sub-counter into a remaining one,
+// waiting out the metadata TTL first. Every step is idempotent and
+// journaled: a Resize interrupted anywhere is finished by Resume (or the
+// next Resize) without loss or duplication.
+func (c *Client) Resize(ctx context.Context, key string, n int) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	if n < 1 || n > keyspace.MaxN {
+		return fmt.Errorf("%w: n must be 1..%d, got %d", ErrInvalidN, keyspace.MaxN, n)
+	}
+	return c.eng.Resize(ctx, key, n)
+}
+
+// Resume finishes any fold of key that was interrupted.
+func (c *Client) Resume(ctx context.Context, key string) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	return c.eng.Resume(ctx, key)
+}
+
+// Shards reports where key's sub-counters live: per label the sub-key,
+// slot, primary and value, and how many collide on a primary. It creates
+// no state.
+func (c *Client) Shards(ctx context.Context, key string) (ShardReport, error) {
+	if err := c.check(key); err != nil {
+		return ShardReport{}, err
+	}
+	return c.eng.Shards(ctx, key)
+}
+
+// Rebalance moves key's sub-counters back onto distinct primaries after a
+// slot migration made two of them share one (grow new labels, fold the
+// colliding ones). changed reports whether anything moved.
+func (c *Client) Rebalance(ctx context.Context, key string) (changed bool, err error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	return c.eng.Rebalance(ctx, key)
+}
+
+// Checkpoint runs a checkpoint round now (the Client also runs one every
+// checkpoint interval): it checks every cache node for data loss, restores
+// lost nodes' fast-mode counters from their checkpoints, and saves the
+// watched fast-mode counters.
+func (c *Client) Checkpoint(ctx context.Context) (CheckpointReport, error) {
+	if err := c.checkDurable("checkpoint"); err != nil {
+		return CheckpointReport{}, err
+	}
+	return c.dur.Checkpoint(ctx)
+}
+
+// Restores returns the last node repairs this Client made (at most 16),
+// oldest first.
+func (c *Client) Restores() []Restore {
+	if c.dur == nil {
+		return nil
+	}
+	return c.dur.Restores()
+}
+
+// Rebuild recreates the cache view from the durable store: it repairs
+// cache nodes that lost their data (fast mode) and corrects the view of
+// every durable-mode counter whose key starts with prefix ("" for all).
+// See durability.Service.Rebuild for when to run it.
+func (c *Client) Rebuild(ctx context.Context, prefix string) (RebuildReport, error) {
+	if err := c.checkDurable("rebuild"); err != nil {
+		return RebuildReport{}, err
+	}
+	return c.dur.Rebuild(ctx, prefix)
+}
+
+// RebuildKeys is Rebuild for the named durable-mode counters only.
+func (c *Client) RebuildKeys(ctx context.Context, keys ...string) (RebuildReport, error) {
+	if err := c.checkDurable("rebuild"); err != nil {
+		return RebuildReport{}, err
+	}
+	return c.dur.RebuildKeys(ctx, keys...)
+}
+
+// Rollup folds the durable-mode events older than the rollup age into
+// their keys' totals now (the Client also does it in the background) and
+// returns how many events it folded.
+func (c *Client) Rollup(ctx context.Context) (int, error) {
+	if err := c.checkDurable("rollup"); err != nil {
+		return 0, err
+	}
+	return c.dur.Rollup(ctx)
+}
+
+func (c *Client) checkDurable(op string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if c.dur == nil {
+		return fmt.Errorf("%s: %w: no durable store (Durability.Store)", op, ErrConfig)
+	}
+	return nil
+}
+
+// HotKeys returns up to n of the counters with the most increments
+// arriving in this process (every mode), with their arrival and cache
+// write rates and N; with automatic N, the controller's view too.
+func (c *Client) HotKeys(ctx context.Context, n int) []HotKey { return c.scale.HotKeys(ctx, n) }
+
+// Decisions returns the automatic-N controller's recent grow and shrink
+// decisions, oldest first (none without automatic N).
+func (c *Client) Decisions() []Decision { return c.scale.Decisions() }
+
+// Nodes returns the cache write traffic this process sent to each node.
+func (c *Client) Nodes(ctx context.Context) []NodeWrites { return c.eng.NodeWrites(ctx) }
+
+// Stats returns the running totals and gauges: buffered deltas (the loss
+// window), the durable layer, automatic re-placement.
+func (c *Client) Stats() Stats {
+	s := Stats{Buffer: c.eng.BufferStats()}
+	if c.dur != nil {
+		s.Durability = c.dur.Stats()
+	}
+	s.Rebalance = c.scale.Rebalances()
+	return s
+}

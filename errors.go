@@ -1,0 +1,48 @@
+package hotcount
+
+import (
+	"errors"
+
+	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/internal/durability"
+	"github.com/hotcount/hotcount/internal/engine"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Named errors. Every error the Client returns for bad input or a failed
+// backend wraps one of these, with its cause kept; test with errors.Is.
+var (
+	// ErrInvalidKey: the key breaks the key rules (see ValidateKey).
+	ErrInvalidKey = keyspace.ErrInvalidKey
+	// ErrZeroDelta: an increment of 0 was asked for.
+	ErrZeroDelta = errors.New("hotcount: delta must not be zero")
+	// ErrInvalidN: a number of sub-counters outside 1..keyspace.MaxN.
+	ErrInvalidN = errors.New("hotcount: invalid number of sub-counters")
+	// ErrOverflow: the increment, or a sum, would leave the int64 range;
+	// nothing was changed.
+	ErrOverflow = store.ErrOverflow
+	// ErrUnavailable: the backend could not be reached in time.
+	ErrUnavailable = store.ErrUnavailable
+	// ErrClosed: the Client was closed.
+	ErrClosed = engine.ErrClosed
+	// ErrConfig: the Config is invalid, or asks for something it does not
+	// provide; the message says which field.
+	ErrConfig = errors.New("hotcount: invalid config")
+	// ErrBackpressure: buffered deltas are held because the cache is not
+	// taking them, and the bound (Config.Buffer.MaxPendingKeys) is
+	// reached; nothing was added. Retry later.
+	ErrBackpressure = buffer.ErrBackpressure
+	// ErrNotDurable: IncrID or GetExact was asked for a key that is not in
+	// durable mode.
+	ErrNotDurable = durability.ErrNotDurable
+	// ErrNoMetadata: the store keeps no counter metadata, so N cannot
+	// change.
+	ErrNoMetadata = engine.ErrNoMetadata
+	// ErrNoExpiry: the store keeps no deadlines (a Store given in the
+	// Config without them).
+	ErrNoExpiry = engine.ErrNoExpiry
+	// ErrConflict: another resize of the same counter is under way; retry
+	// when it is done.
+	ErrConflict = engine.ErrConflict
+)

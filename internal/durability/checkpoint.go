@@ -1,0 +1,515 @@
+package durability
+
+// Fast-mode checkpoints and restore.
+//
+// # Checkpoints
+//
+// Incr of a fast-mode counter marks it touched (a lock-free map lookup in
+// the common case). Every CheckpointInterval a round reads the current value
+// of every sub-counter of the touched counters, uncached, in one Get (one
+// pipelined round per node), and saves each sub-counter whose value changed
+// since this process last saved it as a durable.Checkpoint keyed by its
+// sub-key "{K#L}". A checkpoint is an absolute value with the time it was
+// read, and the durable store keeps the newest, so saving one twice, or a
+// late save of an older reading, changes nothing. A counter stays watched
+// while it is touched or has unflushed buffered deltas, and for two
+// intervals after that (so a write that lands after the round that saw its
+// touch is still saved); at most MaxTracked counters are watched.
+//
+// # Detecting cache loss
+//
+// Each cache node holds a sentinel: the key "hotcount:sentinel:{n}" for the
+// smallest n whose slot the node owns. Its value is the node's incarnation,
+// a random positive number written once by whichever process first finds
+// the key missing, with an idempotent increment guarded by a token in the
+// same slot (the SET NX of the Store interface); everyone else reads the
+// value that won. The incarnation each process has accepted is also recorded
+// in the durable store's metadata, under "hotcount:sentinel:" + key.
+//
+// Every round first reads the sentinels. A node whose sentinel is missing,
+// or holds another incarnation than the one recorded, lost its data (it
+// restarted empty, was flushed, or failed over to a replica that never had
+// the sentinel). Its sub-counters are then restored: every sub-counter
+// checkpoint whose slot the node owns is added to the sub-counter with an
+// increment guarded by the token keyspace.AuxKey(K, L, "restore",
+// incarnation), so a restore retried, or run by several processes at once,
+// counts once; only then is the new incarnation recorded. Values written to
+// the node after it came back (writers do not stop) are kept: the restore
+// adds to them. What is lost is what reached the node between its last
+// checkpoint and the loss: at most one checkpoint interval of writes (plus
+// the round's own duration).
+//
+// A round saves checkpoints only for nodes whose sentinel, read in the
+// same pipelined round as the sub-counters, still holds the incarnation
+// accepted before the round, so a reading taken after a loss is never
+// saved over a good checkpoint.
+//
+// Not detected: a failover that loses only the last writes of a node (the
+// replica had the sentinel), and a per-counter "sum went below its
+// checkpoint" check is not made, since counters may be decremented.
+// Sentinels must not be evicted: run the cache with a noeviction or
+// volatile-* maxmemory policy.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+const (
+	// sentinelPrefix starts every sentinel key (and its metadata key).
+	sentinelPrefix = "hotcount:sentinel:"
+	// sentinelTokenTTL guards the creation of a sentinel: long enough for
+	// two processes that both saw it missing to write it once.
+	sentinelTokenTTL = time.Hour
+	// restoreTokenTTL is how long a restore token is kept, so a process
+	// that finds a loss late repeats nothing.
+	restoreTokenTTL = 24 * time.Hour
+	// ckChunk is the most sub-counters restored per call.
+	ckChunk = 10000
+	// ckCounters is the most counters read and saved per round trip.
+	ckCounters = 1000
+	// maxRestores is the number of Restore records kept.
+	maxRestores = 16
+)
+
+// Restore describes one repair of a cache node that lost its data.
+type Restore struct {
+	// Node is the cache node and Incarnation its new sentinel value.
+	Node        string
+	Incarnation int64
+	// At is when the loss was detected and repaired.
+	At time.Time
+	// Keys is the number of sub-counters restored and Amount the sum of
+	// their checkpoint values added back.
+	Keys   int
+	Amount int64
+	// Window is the age of the oldest checkpoint used: the longest span
+	// of writes that may have been lost.
+	Window time.Duration
+	// EstimatedLoss estimates the increments lost: each restored
+	// sub-counter's rate between this process's last two checkpoints of
+	// it, times the time from its checkpoint to the loss (taken as one
+	// checkpoint interval after the node was last seen intact, or the
+	// detection if sooner). 0 when this process had no rate.
+	EstimatedLoss int64
+}
+
+// CheckpointReport is the outcome of one checkpoint round.
+type CheckpointReport struct {
+	// Counters is the number of watched counters read.
+	Counters int
+	// Saved is the number of sub-counter checkpoints written.
+	Saved int
+	// Skipped is the number of nodes whose counters were not saved this
+	// round (new or changed incarnation).
+	Skipped int
+	// Restores lists the node repairs made by this round.
+	Restores []Restore
+}
+
+// touchEntry is the last touch of a watched counter, in Unix nanoseconds,
+// or deadTouch once retired.
+type touchEntry struct{ at atomic.Int64 }
+
+const deadTouch = math.MinInt64
+
+// savedCP is what this process last saved for a sub-counter.
+type savedCP struct {
+	v    int64
+	at   time.Time
+	rate float64 // per second, between the last two saves; 0 unknown
+}
+
+type checkpointer struct {
+	d         *Service
+	touched   sync.Map // counter key → *touchEntry
+	ntracked  atomic.Int64
+	untracked atomic.Uint64
+	kick      chan struct{}
+
+	mu       sync.Mutex                    // one round at a time; guards the fields below
+	saved    map[string]map[string]savedCP // counter key → sub-key → last save
+	known    map[string]int64              // sentinel key → accepted incarnation
+	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
+	topo     *store.Topology               // the topology sentKeys belongs to
+	sentKeys []string                      // sentinel key per node index ("" without slots)
+	restores []Restore
+
+	lastRound                                          atomic.Int64 // unix ns of the last good round
+	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
+	restoredAmount                                     atomic.Int64
+}
+
+func (ck *checkpointer) init(d *Service) {
+	ck.d = d
+	ck.kick = make(chan struct{}, 1)
+	ck.saved = map[string]map[string]savedCP{}
+	ck.known = map[string]int64{}
+	ck.lastOK = map[string]time.Time{}
+}
+
+// touch marks a fast-mode counter for the next checkpoint. An entry the
+// checkpointer retired (at == deadTouch) is replaced, never revived, so a
+// touch racing with the retirement is not lost.
+func (ck *checkpointer) touch(key string) {
+	now := ck.d.cfg.Clock.Now().UnixNano()
+	for {
+		v, ok := ck.touched.Load(key)
+		if !ok {
+			break
+		}
+		e := v.(*touchEntry)
+		old := e.at.Load()
+		if old == deadTouch {
+			ne := &touchEntry{}
+			ne.at.Store(now)
+			if ck.touched.CompareAndSwap(key, v, ne) {
+				return // the retiring round counts the entry out; we count it in
+			}
+			continue
+		}
+		if now-old <= int64(time.Millisecond) || e.at.CompareAndSwap(old, now) {
+			return
+		}
+	}
+	if ck.ntracked.Load() >= MaxTracked {
+		ck.untracked.Add(1)
+		select {
+		case ck.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	e := &touchEntry{}
+	e.at.Store(now)
+	if _, loaded := ck.touched.LoadOrStore(key, e); loaded {
+		ck.touch(key) // lost a race: update the entry that won
+		return
+	}
+	ck.ntracked.Add(1)
+}
+
+func (ck *checkpointer) stats(s *Stats) {
+	s.Checkpoints, s.CheckpointErrors, s.Saved = ck.rounds.Load(), ck.roundErrs.Load(), ck.nsaved.Load()
+	s.Tracked, s.Untracked = uint64(max(ck.ntracked.Load(), 0)), ck.untracked.Load()
+	s.Restores, s.RestoredKeys, s.RestoredAmount = ck.nrestores.Load(), ck.restoredKeys.Load(), ck.restoredAmount.Load()
+	if t := ck.lastRound.Load(); t != 0 {
+		s.LastCheckpoint = time.Unix(0, t)
+	}
+}
+
+// round runs one checkpoint round: check the sentinels (restoring lost
+// nodes), then save the watched counters of the nodes that are intact.
+func (ck *checkpointer) round(ctx context.Context) (CheckpointReport, error) {
+	rep, err := ck.roundLocked(ctx)
+	ck.rounds.Add(1)
+	if err != nil {
+		ck.roundErrs.Add(1)
+	}
+	if cb := ck.d.cfg.OnRestore; cb != nil {
+		for _, r := range rep.Restores {
+			cb(r)
+		}
+	}
+	return rep, err
+}
+
+func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, error) {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	var rep CheckpointReport
+	topo, err := ck.topology(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Restores, err = ck.checkSentinels(ctx, topo)
+	if err != nil {
+		return rep, err
+	}
+	keys := ck.watched()
+	rep.Counters = len(keys)
+	for start := 0; start < len(keys); start += ckCounters {
+		n, skipped, err := ck.save(ctx, topo, keys[start:min(start+ckCounters, len(keys))])
+		rep.Saved += n
+		rep.Skipped = max(rep.Skipped, skipped)
+		if err != nil {
+			return rep, err
+		}
+	}
+	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
+	return rep, nil
+}
+
+// topology returns the current map and makes sentKeys match it.
+func (ck *checkpointer) topology(ctx context.Context) (*store.Topology, error) {
+	tctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	defer cancel()
+	topo, err := ck.d.eng.Store().Topology(tctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if topo != ck.topo {
+		ck.topo, ck.sentKeys = topo, sentinelKeys(topo)
+	}
+	return topo, nil
+}
+
+// sentinelKeys returns, per node index, "hotcount:sentinel:{n}" for the
+// smallest n whose slot the node owns ("" for a node without slots).
+func sentinelKeys(topo *store.Topology) []string {
+	keys := make([]string, len(topo.Nodes))
+	owns := make([]bool, len(topo.Nodes))
+	want := 0
+	for _, o := range topo.Owner {
+		if int(o) < len(owns) && !owns[o] {
+			owns[o] = true
+			want++
+		}
+	}
+	for n := 0; want > 0 && n < 1<<22; n++ {
+		k := sentinelPrefix + "{" + strconv.Itoa(n) + "}"
+		o := topo.Owner[keyspace.Slot(k)]
+		if keys[o] == "" {
+			keys[o] = k
+			want--
+		}
+	}
+	return keys
+}
+
+// watched returns the counters to checkpoint and forgets the ones idle
+// for long enough.
+func (ck *checkpointer) watched() []string {
+	d := ck.d
+	var longest time.Duration
+	for _, iv := range d.ns.FlushIntervals() {
+		longest = max(longest, iv)
+	}
+	keep := 2*d.cfg.CheckpointInterval + max(longest, 500*time.Millisecond) + d.cfg.Timeout
+	cut := d.cfg.Clock.Now().Add(-keep).UnixNano()
+	var keys []string
+	ck.touched.Range(func(k, v any) bool {
+		key := k.(string)
+		e := v.(*touchEntry)
+		at := e.at.Load()
+		if at != deadTouch && at < cut && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
+			// Idle since at least two rounds, which saved its last writes.
+			ck.touched.CompareAndDelete(key, v)
+			ck.ntracked.Add(-1)
+			for sub := range ck.saved[key] {
+				delete(ck.saved[key], sub)
+			}
+			delete(ck.saved, key)
+			return true
+		}
+		keys = append(keys, key)
+		return true
+	})
+	return keys
+}
+
+// save reads the sub-counters of keys together with the sentinels (one
+// round per node) and saves the changed values of the sub-counters whose
+// node kept its accepted incarnation.
+func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []string) (saved, skipped int, err error) {
+	d := ck.d
+	reads, sent, at, err := d.eng.Read(ctx, keys, nonEmpty(ck.sentKeys))
+	if err != nil {
+		return 0, 0, fmt.Errorf("checkpoint read: %w", err)
+	}
+	sent = spread(ck.sentKeys, sent)
+	intact := make([]bool, len(ck.sentKeys))
+	for i, k := range ck.sentKeys {
+		intact[i] = k != "" && sent[i] != 0 && sent[i] == ck.known[k]
+		if k != "" && !intact[i] {
+			skipped++
+		}
+	}
+	var cps []durable.Checkpoint
+	for _, r := range reads {
+		for j, sub := range r.Subs {
+			v := r.Values[j]
+			if !intact[topo.Owner[keyspace.Slot(sub)]] {
+				continue
+			}
+			if old, ok := ck.saved[r.Key][sub]; ok && old.v == v {
+				continue
+			}
+			cps = append(cps, durable.Checkpoint{Key: sub, Total: v, At: at})
+		}
+	}
+	if len(cps) == 0 {
+		return 0, skipped, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	defer cancel()
+	if err := d.be.SaveCheckpoints(sctx, cps); err != nil {
+		return 0, skipped, fmt.Errorf("checkpoint save: %w", err)
+	}
+	for _, cp := range cps {
+		key, _, _ := keyspace.ParseSubKey(cp.Key)
+		s := savedCP{v: cp.Total, at: at}
+		if old, ok := ck.saved[key][cp.Key]; ok && at.After(old.at) {
+			s.rate = float64(cp.Total-old.v) / at.Sub(old.at).Seconds()
+		}
+		if ck.saved[key] == nil {
+			ck.saved[key] = map[string]savedCP{}
+		}
+		ck.saved[key][cp.Key] = s
+	}
+	ck.nsaved.Add(uint64(len(cps)))
+	return len(cps), skipped, nil
+}
+
+// nonEmpty drops the "" entries (nodes without slots) from keys.
+func nonEmpty(keys []string) []string {
+	out := keys[:0:0]
+	for _, k := range keys {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// spread maps the values read for nonEmpty(keys) back onto keys (0 for "").
+func spread(keys []string, vals []int64) []int64 {
+	out := make([]int64, len(keys))
+	j := 0
+	for i, k := range keys {
+		if k != "" {
+			out[i] = vals[j]
+			j++
+		}
+	}
+	return out
+}
+
+// checkSentinels reads every node's sentinel and accepts or repairs it
+// (see the file comment). A node repaired or newly seen is accepted, and
+// its counters are saved from the next read on.
+func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology) ([]Restore, error) {
+	keys := ck.sentKeys
+	gctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	at := ck.d.cfg.Clock.Now()
+	vals, err := ck.d.eng.Store().Get(gctx, nonEmpty(keys))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint sentinels: %w", err)
+	}
+	vals = spread(keys, vals)
+	var out []Restore
+	var errs []error
+	for i, k := range keys {
+		if k == "" {
+			continue
+		}
+		if vals[i] != 0 && vals[i] == ck.known[k] {
+			ck.lastOK[k] = at
+			continue
+		}
+		r, err := ck.accept(ctx, topo, topo.Nodes[i], k, vals[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// accept settles a sentinel that this process has not accepted as read:
+// it creates a missing one, compares it with the incarnation recorded in
+// the durable store, restores the node if it changed, and records it.
+func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, key string, v int64) (*Restore, error) {
+	mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	data, err := ck.d.be.LoadMeta(mctx, sentinelPrefix+key)
+	cancel()
+	var recorded int64
+	switch {
+	case errors.Is(err, durable.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("sentinel %s: %w", key, err)
+	default:
+		if recorded, err = strconv.ParseInt(string(data), 10, 64); err != nil {
+			return nil, fmt.Errorf("sentinel %s: bad record %q: %w", key, data, store.ErrNotInteger)
+		}
+	}
+	if v == 0 {
+		if v, err = ck.createSentinel(ctx, key, recorded); err != nil {
+			return nil, err
+		}
+	}
+	var r *Restore
+	if v != recorded && (recorded != 0 || ck.known[key] != 0) {
+		if r, err = ck.restore(ctx, topo, node, v, ck.lastOK[key]); err != nil {
+			return nil, err
+		}
+	}
+	if v != recorded {
+		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+		err := ck.d.be.SaveMeta(mctx, sentinelPrefix+key, []byte(strconv.FormatInt(v, 10)))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("sentinel %s: %w", key, err)
+		}
+	}
+	ck.known[key] = v
+	return r, nil
+}
+
+// createSentinel writes a random incarnation to a missing sentinel, once,
+// and returns the value that won. The token that guards the write is named
+// after the incarnation recorded before (which every process reads alike),
+// so each loss has its own token and a stale one never blocks a write.
+func (ck *checkpointer) createSentinel(ctx context.Context, key string, recorded int64) (int64, error) {
+	st := ck.d.eng.Store()
+	ctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	defer cancel()
+	inc := int64(ck.d.cfg.Rand()>>11) | 1 // within store.MaxValue
+	res, err := st.IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: inc, TokenKey: key + ":init:" + strconv.FormatInt(recorded, 10), TTL: sentinelTokenTTL}})
+	if err == nil && res[0].Err != nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sentinel %s: %w", key, err)
+	}
+	if res[0].Applied {
+		return res[0].Value, nil
+	}
+	vals, err := st.Get(ctx, []string{key})
+	if err != nil {
+		return 0, fmt.Errorf("sentinel %s: %w", key, err)
+	}
+	if vals[0] == 0 {
+		return 0, fmt.Errorf("sentinel %s: %w: lost again while being created", key, store.ErrUnavailable)
+	}
+	return vals[0], nil
+}
+
+// Checkpoint runs a checkpoint round now: it checks every cache node for
+// data loss, restores lost nodes' fast-mode counters from their
+// checkpoints, and saves the watched fast-mode counters.
+func (d *Service) Checkpoint(ctx context.Context) (CheckpointReport, error) {
+	return d.ck.round(ctx)
+}
+
+// Restores returns the last node repairs (at most 16), oldest first.
+func (d *Service) Restores() []Restore {
+	ck := &d.ck
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	return append([]Restore(nil), ck.restores...)
+}

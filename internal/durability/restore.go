@@ -1,0 +1,96 @@
+package durability
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// restore adds back every sub-counter checkpoint of node, each guarded by
+// a token of the incarnation inc, so it counts once however often it runs.
+//
+// The loss estimate assumes the node was lost one interval after it was
+// last seen intact (lastOK), or at detection if that is sooner.
+func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node string, inc int64, lastOK time.Time) (*Restore, error) {
+	d := ck.d
+	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	cps, err := ck.d.be.ListCheckpoints(lctx, "{")
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", node, err)
+	}
+	now := d.cfg.Clock.Now()
+	lostAt := now
+	if !lastOK.IsZero() && lastOK.Add(d.cfg.CheckpointInterval).Before(now) {
+		lostAt = lastOK.Add(d.cfg.CheckpointInterval)
+	}
+	r := &Restore{Node: node, Incarnation: inc, At: now}
+	tok := strconv.FormatInt(inc, 10)
+	var ops []store.IncrOp
+	var ages []time.Duration
+	var loss float64
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		ictx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+		defer cancel()
+		res, err := d.eng.Store().IncrMulti(ictx, ops)
+		if err != nil {
+			return err
+		}
+		for i, x := range res {
+			if x.Err != nil {
+				return x.Err
+			}
+			if x.Applied { // not applied: another process restored it
+				r.Keys++
+				r.Amount += ops[i].Delta
+				r.Window = max(r.Window, ages[i])
+			}
+		}
+		ops, ages = ops[:0], ages[:0]
+		return nil
+	}
+	for _, cp := range cps {
+		key, label, ok := keyspace.ParseSubKey(cp.Key)
+		if !ok || cp.Total == 0 || topo.NodeOf(cp.Key) != node {
+			continue
+		}
+		age := max(now.Sub(cp.At), 0)
+		if s, ok := ck.saved[key][cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
+			loss += s.rate * lostAt.Sub(cp.At).Seconds()
+		}
+		ops = append(ops, store.IncrOp{Key: cp.Key, Delta: cp.Total,
+			TokenKey: keyspace.AuxKey(key, label, "restore", tok), TTL: restoreTokenTTL})
+		ages = append(ages, age)
+		if len(ops) == ckChunk {
+			if err := flush(); err != nil {
+				return nil, fmt.Errorf("restore %s: %w", node, err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", node, err)
+	}
+	r.EstimatedLoss = int64(loss)
+	for _, subs := range ck.saved { // the node's values changed under us
+		for sub := range subs {
+			if topo.NodeOf(sub) == node {
+				delete(subs, sub)
+			}
+		}
+	}
+	ck.nrestores.Add(1)
+	ck.restoredKeys.Add(uint64(r.Keys))
+	ck.restoredAmount.Add(r.Amount)
+	ck.restores = append(ck.restores, *r)
+	if len(ck.restores) > maxRestores {
+		ck.restores = ck.restores[len(ck.restores)-maxRestores:]
+	}
+	return r, nil
+}

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// readCache holds recent summed reads. Entries are swept when the map grows
+// past sweepAt, so the cache stays bounded by the set of recently read keys.
+type readCache struct {
+	mu      sync.Mutex
+	m       map[string]cacheEntry
+	sweepAt int
+}
+
+type cacheEntry struct {
+	value int64
+	n     int
+	at    time.Time
+}
+
+func (rc *readCache) init() {
+	rc.m = make(map[string]cacheEntry)
+	rc.sweepAt = 1 << 16
+}
+
+func (rc *readCache) get(key string) (value int64, n int, at time.Time, ok bool) {
+	rc.mu.Lock()
+	e, ok := rc.m[key]
+	rc.mu.Unlock()
+	return e.value, e.n, e.at, ok
+}
+
+func (rc *readCache) put(key string, value int64, n int, at time.Time) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.m) >= rc.sweepAt {
+		oldest := at.Add(-time.Minute)
+		for k, e := range rc.m {
+			if e.at.Before(oldest) {
+				delete(rc.m, k)
+			}
+		}
+		if len(rc.m) >= rc.sweepAt {
+			clear(rc.m)
+		}
+	}
+	rc.m[key] = cacheEntry{value: value, n: n, at: at}
+}
+
+// add applies this process's own increment to a cached sum, so it reads its
+// own writes; an entry that would overflow is dropped instead.
+func (rc *readCache) add(key string, delta int64) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e, ok := rc.m[key]
+	if !ok {
+		return
+	}
+	if (delta > 0 && e.value > math.MaxInt64-delta) || (delta < 0 && e.value < math.MinInt64-delta) {
+		delete(rc.m, key)
+		return
+	}
+	e.value += delta
+	rc.m[key] = e
+}
+
+func (rc *readCache) drop(key string) {
+	rc.mu.Lock()
+	delete(rc.m, key)
+	rc.mu.Unlock()
+}

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hotcount/hotcount/clock"
+	"github.com/hotcount/hotcount/hotkeys"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// observer measures the increments arriving per key, the cache writes per
+// key and the cache writes per node.
+type observer struct {
+	arrivals *hotkeys.Sketch // increments accepted, per counter key
+	writes   *hotkeys.Sketch // cache writes, per counter key
+	nodeRate *hotkeys.Sketch // cache writes, per node (few keys: exact)
+
+	mu    sync.RWMutex
+	nodes map[string]*atomic.Uint64 // cache writes per node, cumulative
+}
+
+func newObserver(c clock.Clock) (*observer, error) {
+	o := &observer{nodes: map[string]*atomic.Uint64{}}
+	var err error
+	for _, sk := range []**hotkeys.Sketch{&o.arrivals, &o.writes, &o.nodeRate} {
+		if *sk, err = hotkeys.NewSketch(hotkeys.SketchConfig{Now: c.Now}); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// arrived records n increments of key accepted.
+func (o *observer) arrived(key string, n int64) { o.arrivals.Observe(key, n) }
+
+// wrote records n cache writes of key's sub-key sub.
+func (o *observer) wrote(key string, node string, n int64) {
+	o.writes.Observe(key, n)
+	if node == "" {
+		return
+	}
+	o.nodeRate.Observe(node, n)
+	o.mu.RLock()
+	c := o.nodes[node]
+	o.mu.RUnlock()
+	if c == nil {
+		o.mu.Lock()
+		if c = o.nodes[node]; c == nil {
+			c = new(atomic.Uint64)
+			o.nodes[node] = c
+		}
+		o.mu.Unlock()
+	}
+	c.Add(uint64(n))
+}
+
+// NodeWrites is the cache write traffic of one node.
+type NodeWrites struct {
+	// Node is the primary, "host:port" (or a simulated name).
+	Node string `json:"node"`
+	// Rate is writes per second over the last few seconds.
+	Rate float64 `json:"rate"`
+	// Total is the writes sent since the Client started.
+	Total uint64 `json:"total"`
+}
+
+// NodeWrites returns the cache writes of every node this process wrote to,
+// and every node of the topology, sorted by node.
+func (e *Engine) NodeWrites(ctx context.Context) []NodeWrites {
+	o := e.obs
+	rates := map[string]float64{}
+	for _, kr := range o.nodeRate.Top(1 << 16) {
+		rates[kr.Key] = kr.Rate
+	}
+	seen := map[string]bool{}
+	var out []NodeWrites
+	o.mu.RLock()
+	for n, c := range o.nodes {
+		out = append(out, NodeWrites{Node: n, Rate: rates[n], Total: c.Load()})
+		seen[n] = true
+	}
+	o.mu.RUnlock()
+	if t, err := e.st.Topology(ctx); err == nil {
+		for _, n := range t.Nodes {
+			if !seen[n] {
+				out = append(out, NodeWrites{Node: n})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// KeyRate is the measured traffic of one counter.
+type KeyRate struct {
+	// Key is the counter key.
+	Key string
+	// Arrivals is increments accepted per second by this process.
+	Arrivals float64
+	// Writes is cache writes per second sent by this process.
+	Writes float64
+}
+
+// TopKeys returns up to n of the counters with the most increments
+// arriving in this process, hottest first, with their cache write rates.
+func (e *Engine) TopKeys(n int) []KeyRate {
+	top := e.obs.arrivals.Top(n)
+	out := make([]KeyRate, len(top))
+	for i, kr := range top {
+		out[i] = KeyRate{Key: kr.Key, Arrivals: kr.Rate, Writes: e.obs.writes.Rate(kr.Key)}
+	}
+	return out
+}
+
+// WriteSketch is the sketch of cache writes per key (what automatic N
+// sizes counters by).
+func (e *Engine) WriteSketch() *hotkeys.Sketch { return e.obs.writes }
+
+// nodeOf returns the node that owns sub's slot, or "".
+func (e *Engine) nodeOf(sub string) string {
+	t, err := e.st.Topology(context.Background())
+	if err != nil || t == nil || len(t.Nodes) == 0 {
+		return ""
+	}
+	return t.Nodes[t.Owner[keyspace.Slot(sub)]]
+}
+
+// observedSink is the store as the buffers' sink: it records each flushed
+// op's key, node and delta. A buffered key's arrivals are counted per
+// flush as the magnitude of its flushed delta (exact for increments of
+// +1, such as likes and views).
+type observedSink struct {
+	st store.Store
+	e  *Engine
+}
+
+// IncrMulti implements buffer.Sink.
+func (s observedSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.IncrResult, error) {
+	res, err := s.st.IncrMulti(ctx, ops)
+	if err != nil {
+		return res, err
+	}
+	for i, r := range res {
+		if !r.Applied {
+			continue
+		}
+		key, _, ok := keyspace.ParseSubKey(ops[i].Key)
+		if !ok {
+			continue
+		}
+		d := ops[i].Delta
+		if d < 0 {
+			d = -d
+		}
+		s.e.obs.arrived(key, d)
+		s.e.obs.wrote(key, s.e.nodeOf(ops[i].Key), 1)
+		// The delta left this process's pending amount: a cached sum read
+		// before it landed would now miss it.
+		s.e.cache.drop(key)
+	}
+	return res, nil
+}

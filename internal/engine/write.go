@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/internal/ns"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// startBuffers starts one buffer per distinct flush interval of the
+// namespaces that use one.
+func (e *Engine) startBuffers() error {
+	e.bufs = map[time.Duration]*buffer.Buffer{}
+	for _, iv := range e.ns.FlushIntervals() {
+		b, err := buffer.New(observedSink{e.st, e}, buffer.Config{
+			Interval:       iv,
+			MaxKeys:        e.cfg.MaxBufferedKeys,
+			MaxPendingKeys: e.cfg.MaxPendingKeys,
+			BatchTimeout:   e.cfg.Timeout,
+			Labels:         e.WriteLabels,
+			ExpireAt:       func(key, label string) time.Time { at, _ := e.expireAtFor(key, label); return at },
+			Clock:          e.cfg.Clock,
+			Rand:           e.cfg.Rand,
+			OnError:        e.cfg.OnFlushError,
+		})
+		if err != nil {
+			_ = e.CloseBuffers(context.Background())
+			return fmt.Errorf("engine: %w", err)
+		}
+		e.bufs[iv] = b
+		e.order = append(e.order, b)
+	}
+	if d := e.ns.Defaults(); e.ns.Single() && d.Buffered && d.Mode == ns.ModeFast {
+		e.only = e.bufs[d.FlushInterval]
+	}
+	return nil
+}
+
+// OnlyBuffer returns the buffer every key goes through when all keys are
+// buffered alike in fast mode (the Client's hot path), or nil.
+func (e *Engine) OnlyBuffer() *buffer.Buffer { return e.only }
+
+// Buffered reports whether there is any buffer.
+func (e *Engine) Buffered() bool { return len(e.order) > 0 }
+
+// Incr sends delta to one sub-counter of key chosen at random: one INCRBY.
+// When the counter's labels are not cached, the increment goes to its cold
+// label (which every reader sums) and the labels are looked up in the
+// background, so a write never waits for a metadata round trip.
+func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
+	labels, err := e.writeLabelsNow(ctx, key)
+	if err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
+		// No sub-counter within the bound can take it.
+		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
+	}
+	label := labels[pick(e.cfg.Rand(), len(labels))]
+	at, expired := e.expireAtFor(key, label)
+	if expired {
+		// Past its deadline: what is left goes, and a new counter starts.
+		if err := e.expireNow(ctx, key); err != nil {
+			return fmt.Errorf("incr %q: %w", key, err)
+		}
+		label = keyspace.ColdLabel
+		at, _ = e.expireAtFor(key, label)
+	}
+	sub := keyspace.SubKey(key, label)
+	v, err := e.incrBy(ctx, sub, delta, at)
+	if err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	if v > store.MaxValue || v < -store.MaxValue {
+		// Past the sub-counter bound: take the increment back. One round
+		// trip in the common case; a reader may see the excess for the
+		// moment between the two.
+		if _, err := e.st.IncrBy(ctx, sub, -delta); err != nil {
+			return fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", key, store.ErrUnavailable, delta, sub, err)
+		}
+		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", key, store.ErrOverflow, sub, int64(store.MaxValue))
+	}
+	e.obs.arrived(key, 1)
+	e.obs.wrote(key, e.nodeOf(sub), 1)
+	e.cache.add(key, delta)
+	return nil
+}
+
+// writeLabelsNow returns key's write labels without waiting on a cold
+// counter: the cached ones (refreshed in the background before they
+// lapse), or, when none are cached, the cold label while a background
+// look-up fetches them. A counter of a namespace without cold start looks
+// its labels up at once instead (its first write pins them).
+func (e *Engine) writeLabelsNow(ctx context.Context, key string) ([]string, error) {
+	if e.meta == nil {
+		return e.naive[e.ns.Lookup(key).N], nil
+	}
+	w, stale, ok := e.meta.Cached(key)
+	switch {
+	case ok && stale:
+		e.refresh(key)
+		return w, nil
+	case ok:
+		return w, nil
+	case e.ns.Lookup(key).NoColdStart || e.cfg.NaiveLabels:
+		w, _, err := e.meta.Labels(ctx, key)
+		return w, err
+	}
+	e.refresh(key)
+	return coldOnly, nil
+}
+
+// refresh looks key's labels up again in the background, once at a time.
+func (e *Engine) refresh(key string) {
+	if e.closing.Load() {
+		return
+	}
+	if _, busy := e.refreshing.LoadOrStore(key, struct{}{}); busy {
+		return
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		defer e.refreshing.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		_ = e.meta.Refresh(ctx, key)
+	}()
+}
+
+// coldOnly is the write set of a counter whose labels are not known yet.
+var coldOnly = []string{keyspace.ColdLabel}
+
+// Add adds delta to key's local delta in the buffer of its namespace n
+// (which must use one).
+func (e *Engine) Add(n *ns.Namespace, key string, delta int64) error {
+	b := e.bufs[n.FlushInterval]
+	if b == nil {
+		return fmt.Errorf("incr %q: %w: namespace has no buffer", key, store.ErrUnavailable)
+	}
+	if err := b.Add(key, delta); err != nil {
+		return AddError(key, err)
+	}
+	return nil
+}
+
+// ErrClosed is returned by Add after CloseBuffers.
+var ErrClosed = errors.New("hotcount: client closed")
+
+// AddError maps a buffer's Add error to the Client's errors.
+func AddError(key string, err error) error {
+	if errors.Is(err, buffer.ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("incr %q: %w", key, err)
+}
+
+// Pending returns this process's unflushed delta of key.
+func (e *Engine) Pending(key string) int64 {
+	var p int64
+	for _, b := range e.order {
+		p += b.Pending(key)
+	}
+	return p
+}
+
+// Flush sends every buffered delta now and waits for the acknowledgements.
+func (e *Engine) Flush(ctx context.Context) error {
+	var errs []error
+	for _, b := range e.order {
+		errs = append(errs, b.Flush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// CloseBuffers drains and closes every buffer, and waits for background
+// label look-ups.
+func (e *Engine) CloseBuffers(ctx context.Context) error {
+	var errs []error
+	for _, b := range e.order {
+		errs = append(errs, b.Close(ctx))
+	}
+	e.closing.Store(true)
+	e.bg.Wait()
+	return errors.Join(errs...)
+}
+
+// BufferStats sums the stats of every buffer.
+func (e *Engine) BufferStats() buffer.Stats {
+	var s buffer.Stats
+	for _, b := range e.order {
+		s = s.Merge(b.Stats())
+	}
+	return s
+}
+
+// Clear deletes every sub-counter of key, after sending this process's
+// buffered deltas (so they do not land after the clear).
+func (e *Engine) Clear(ctx context.Context, key string) error {
+	sets, err := e.readSets(ctx, []string{key})
+	if err != nil {
+		return fmt.Errorf("clear %q: %w", key, err)
+	}
+	if err := e.Flush(ctx); err != nil {
+		return fmt.Errorf("clear %q: %w", key, err)
+	}
+	sub := make([]string, len(sets[0]))
+	for i, l := range sets[0] {
+		sub[i] = keyspace.SubKey(key, l)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	if err := e.st.Del(ctx, sub); err != nil {
+		return fmt.Errorf("clear %q: %w", key, err)
+	}
+	e.cache.drop(key)
+	return nil
+}
