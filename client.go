@@ -196,6 +196,16 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	return c.eng.Get(ctx, key)
 }
 
+// GetFresh is Get without the summed-read cache: it reads the
+// sub-counters now (one round per node), for callers that need the latest
+// value and accept the cost of N reads.
+func (c *Client) GetFresh(ctx context.Context, key string) (Reading, error) {
+	if err := c.check(key); err != nil {
+		return Reading{}, err
+	}
+	return c.eng.GetFresh(ctx, key)
+}
+
 // GetMulti returns the sums of many counters. Counters not in the cache
 // are read together: one round per node for their label sets and one for
 // their values. Every key is validated before anything is read.

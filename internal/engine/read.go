@@ -175,6 +175,17 @@ func (e *Engine) Get(ctx context.Context, key string) (Reading, error) {
 	return e.withPending(v.(Reading)), nil
 }
 
+// GetFresh reads key's sub-counters now, bypassing the summed-read cache
+// and single-flight (and refreshing the cache), plus this process's
+// unflushed delta.
+func (e *Engine) GetFresh(ctx context.Context, key string) (Reading, error) {
+	m, err := e.fetch(ctx, []string{key})
+	if err != nil {
+		return Reading{}, err
+	}
+	return e.withPending(m[key]), nil
+}
+
 // GetMulti returns the sums of many counters. Those not in the cache are
 // read together: one round per node for the label sets and one for the
 // values.
