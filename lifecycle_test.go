@@ -2,6 +2,7 @@ package hotcount_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,4 +243,175 @@ func TestClearAndRecreate(t *testing.T) {
 			t.Fatalf("%s re-created: %d", key, r.Value)
 		}
 	}
+}
+
+// TestExpiryDuringFold: a sharded counter expires while it is being folded
+// to fewer sub-counters. Readers see it gone from the deadline on, the fold
+// stops (or finishes) without the folded value landing in the counter that
+// starts after the deadline, and that new counter counts from zero.
+func TestExpiryDuringFold(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, openCluster(t), hotcount.Config{
+		Defaults: hotcount.Namespace{N: 8, NoColdStart: true},
+		Meta:     hotcount.MetaConfig{TTL: 300 * time.Millisecond},
+		Reads:    hotcount.ReadConfig{NoCache: true},
+	})
+	key := uniqueKey(t)
+	for range 80 {
+		if err := c.Incr(ctx, key, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(400 * time.Millisecond) // inside the fold's wait (TTL + margin)
+	if _, err := c.Expire(ctx, key, deadline); err != nil {
+		t.Fatal(err)
+	}
+	folded := make(chan error, 1)
+	go func() { folded <- c.Resize(ctx, key, 2) }()
+	time.Sleep(time.Until(deadline) + 20*time.Millisecond)
+	if r, err := c.Get(ctx, key); err != nil || r.Value != 0 {
+		t.Fatalf("after the deadline, during the fold: %+v %v", r, err)
+	}
+	if err := <-folded; err != nil && !errors.Is(err, hotcount.ErrConflict) {
+		t.Fatalf("fold across the deadline: %v", err)
+	}
+	if err := c.Incr(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if r, err := c.Get(ctx, key); err != nil || r.Value != 1 {
+		t.Fatalf("the counter after the deadline: %+v %v, want 1 (nothing of the old one)", r, err)
+	}
+}
+
+// TestExpiryDuringBufferedFlushing: increments keep arriving, buffered,
+// across a counter's deadline, while readers read. The value after the
+// deadline counts the increments made after it (and those buffered before
+// it but flushed after it: documented), never the old counter's.
+func TestExpiryDuringBufferedFlushing(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	c := newClient(t, openCluster(t), hotcount.Config{
+		Defaults: hotcount.Namespace{Buffered: true, FlushInterval: 50 * time.Millisecond, TTL: ttl},
+		Reads:    hotcount.ReadConfig{NoCache: true},
+	})
+	key := uniqueKey(t)
+	if err := c.Incr(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline, _, err := c.Deadline(ctx, key)
+	if err != nil || deadline.IsZero() {
+		t.Fatalf("deadline %v %v", deadline, err)
+	}
+	sent := atomic.Int64{}
+	sent.Store(1)
+	var sentAfter atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := c.Incr(ctx, key, 1); err != nil {
+					t.Error(err)
+					return
+				}
+				sent.Add(1)
+				if time.Now().After(deadline.Add(200 * time.Millisecond)) {
+					sentAfter.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	for time.Now().Before(deadline.Add(time.Second)) { // readers across the deadline
+		if _, err := c.Get(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().After(deadline.Add(ttl)) {
+		t.Skip("the new counter expired too before the check: the machine is too slow for this run")
+	}
+	if r.Value < sentAfter.Load() || r.Value >= sent.Load() {
+		t.Fatalf("after the deadline: %d; sent %d in all, %d after the deadline", r.Value, sent.Load(), sentAfter.Load())
+	}
+	t.Logf("sent %d (%d after the deadline), value now %d", sent.Load(), sentAfter.Load(), r.Value)
+}
+
+// TestClearUnderBufferedLoad: Clear while buffered increments keep
+// arriving: this process's deltas buffered before the Clear are sent
+// before it and go with it; the value afterwards counts only increments
+// made after the Clear returned (plus, at most, those racing with it).
+func TestClearUnderBufferedLoad(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, openCluster(t), hotcount.Config{
+		Defaults: hotcount.Namespace{Buffered: true, FlushInterval: 20 * time.Millisecond, N: 4, NoColdStart: true},
+		Reads:    hotcount.ReadConfig{NoCache: true},
+	})
+	key := uniqueKey(t)
+	var before, during, after atomic.Int64
+	var phase atomic.Int32 // 0 before, 1 clearing, 2 after
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := phase.Load()
+				if err := c.Incr(ctx, key, 1); err != nil {
+					t.Error(err)
+					return
+				}
+				switch {
+				case p == 0 && phase.Load() == 0:
+					before.Add(1)
+				case p == 2:
+					after.Add(1)
+				default:
+					during.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	phase.Store(1)
+	if err := c.Clear(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	phase.Store(2)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Value < after.Load() || r.Value > after.Load()+during.Load() {
+		t.Fatalf("after Clear: %d; %d increments before it, %d racing with it, %d after it", r.Value, before.Load(), during.Load(), after.Load())
+	}
+	t.Logf("%d before, %d racing, %d after the Clear; value %d", before.Load(), during.Load(), after.Load(), r.Value)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/hotcount/hotcount/clock"
 
@@ -259,6 +260,9 @@ func (m *Manager) drain(ctx context.Context, key string, f FoldState) error {
 			return fmt.Errorf("meta: fold %s of %q out of %q: %w", id, key, f.From, err)
 		}
 		m.cfg.OnStep(key, StepOut)
+		if err := m.stillFolding(ctx, key, f.ID); err != nil {
+			return err
+		}
 		if _, err := m.b.FoldIn(ctx, key, f.To, id, v); err != nil {
 			return fmt.Errorf("meta: fold %s of %q into %q: %w", id, key, f.To, err)
 		}
@@ -295,4 +299,23 @@ func RoundID(id string, round int) string {
 		return id
 	}
 	return id + "." + strconv.Itoa(round)
+}
+
+// stillFolding checks, before a fold moves a value in, that key's record
+// still journals the fold and has not passed its deadline: a counter
+// cleared or expired while it was being folded must not have the moved
+// value land in the counter that starts after it.
+func (m *Manager) stillFolding(ctx context.Context, key, foldID string) error {
+	cur, found, err := m.fetch(ctx, key)
+	if err != nil {
+		return err
+	}
+	if found && (cur.Deadline == 0 || m.cfg.Clock.Now().Before(time.UnixMilli(cur.Deadline))) {
+		for _, f := range cur.Folds {
+			if f.ID == foldID {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: %q was cleared or expired while being folded", ErrConflict, key)
 }
