@@ -22,6 +22,8 @@ func Explain(r Result) string {
 		fmt.Fprintf(&b, ": %.0f key reads/s uncached, %.0f with the %.0f ms summed-read cache", r.CacheReadsPerSec.Uncached, r.CacheReadsPerSec.Cached, r.Input.ReadCacheTTLMS)
 	}
 	b.WriteString(".\n")
+	fmt.Fprintf(&b, "Redis memory: about %d B while the counter is cold (one key), %d B with its %d sub-counters and metadata.\n",
+		r.Memory.Cold, r.Memory.Sharded, r.N)
 	if r.LossWindowMS > 0 {
 		fmt.Fprintf(&b, "A killed process loses at most %.0f ms of increments; reads lag by up to %.0f ms.\n", r.LossWindowMS, r.MaxStalenessMS)
 	} else {

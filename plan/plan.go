@@ -80,6 +80,13 @@ const (
 const (
 	// MaxN is the largest sub-counter count a plan accepts or derives.
 	MaxN = 1024
+	// KeyBytes is what one small integer key with a TTL costs in Redis
+	// memory beside the bytes of its name (measured with
+	// BenchmarkMemoryPerCounter: about 120 B for a 20-byte name).
+	KeyBytes = 100
+	// RecordBytes is what a sharded counter's metadata record costs beside
+	// its labels (a key and a short JSON value).
+	RecordBytes = 180
 	// MaxNodes is the largest node count: a Redis Cluster has 16384 slots.
 	MaxNodes = 16384
 )
@@ -136,6 +143,9 @@ type Input struct {
 	LossWindow time.Duration
 	// LossWindowSet marks LossWindow as stated even when it is zero.
 	LossWindowSet bool
+	// KeyLen is the length of the counter's key in bytes, for the memory
+	// estimate; 0 means 20.
+	KeyLen int
 }
 
 // Load is a per-node write rate, expected and worst case.
@@ -144,6 +154,24 @@ type Load struct {
 	Expected float64 `json:"expected"`
 	// WorstCase is the load on the fullest node in the worst placement.
 	WorstCase float64 `json:"worst_case"`
+}
+
+// Memory estimates what a counter costs in Redis memory, in bytes: one key
+// (KeyBytes plus its name "{K#L}") while cold, N of them and its metadata
+// record (RecordBytes plus the labels) once sharded.
+type Memory struct {
+	// Cold is the cost of the counter with one sub-counter.
+	Cold int `json:"cold"`
+	// Sharded is the cost with N sub-counters.
+	Sharded int `json:"sharded"`
+}
+
+// memory returns the Memory of a counter with a keyLen-byte name and n
+// sub-counters.
+func memory(keyLen, n int) Memory {
+	sub := KeyBytes + keyLen + 4 // "{", "#", label, "}"
+	rec := RecordBytes + keyLen + 8*n
+	return Memory{Cold: sub, Sharded: n*sub + rec}
 }
 
 // Reads is the rate of key reads the counter puts on the cache.
@@ -217,6 +245,9 @@ type Result struct {
 	RecommendedMode Mode `json:"recommended_mode"`
 	// Reason is one line saying why.
 	Reason string `json:"reason"`
+	// Memory is the Redis memory the counter takes, cold and with N
+	// sub-counters.
+	Memory Memory `json:"memory_bytes"`
 	// Warnings lists conditions the plan does not resolve.
 	Warnings []string `json:"warnings"`
 }
@@ -302,6 +333,11 @@ func Compute(in Input) (Result, error) {
 	res.ExpectedSharedSubCounters = ExpectedSharedSubCounters(k, n)
 	res.ReadKeys = n
 	res.ReadNodes = min(n, k)
+	keyLen := in.KeyLen
+	if keyLen <= 0 {
+		keyLen = 20
+	}
+	res.Memory = memory(keyLen, n)
 
 	procs := max(in.Procs, 1)
 	res.CacheReadsPerSec = Reads{

@@ -371,3 +371,17 @@ func TestExplain(t *testing.T) {
 		t.Errorf("buffered Explain lacks the loss window:\n%s", s)
 	}
 }
+
+func TestMemory(t *testing.T) {
+	r, err := Compute(Input{Rate: 40000, NodeCapacity: 10000, Nodes: 8, N: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A 20-byte key: "{K#L}" adds 4 bytes; the record holds 8 labels.
+	if want := (Memory{Cold: 124, Sharded: 8*124 + 180 + 20 + 64}); r.Memory != want {
+		t.Fatalf("memory %+v, want %+v", r.Memory, want)
+	}
+	if !strings.Contains(Explain(r), "Redis memory: about 124 B") {
+		t.Fatalf("Explain lacks the memory line:\n%s", Explain(r))
+	}
+}
