@@ -87,20 +87,7 @@ func (s *Store) groups(keys []string) map[int][]int {
 
 // IncrBy adds delta to key.
 func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	nd := s.nodes[s.topo.Owner[keyspace.Slot(key)]]
-	nd.rounds.Add(1)
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	nd.cmds["incrby"]++
-	v, err := add(nd.value(key, s.now()), delta)
-	if err != nil {
-		return 0, err
-	}
-	nd.ints[key] = v
-	return v, nil
+	return s.IncrByExpire(ctx, key, delta, time.Time{})
 }
 
 // IncrMulti applies ops, taking each node's lock once.
