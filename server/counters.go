@@ -8,34 +8,29 @@ import (
 	"github.com/hotcount/hotcount/keyspace"
 )
 
-// incrRequest is the body of POST /v1/counters/{key}/incr.
-type incrRequest struct {
-	By *int64  `json:"by"`
-	ID *string `json:"id"`
-}
-
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
 func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	key, err := pathKey(r)
 	if err != nil {
 		return err
 	}
-	var req incrRequest
-	if err := decodeBody(w, r, s.cfg.MaxBody, &req, true); err != nil {
+	var byp *int64
+	var id *string
+	if err := decodeObject(w, r, s.cfg.MaxBody, true, intField("by", &byp), stringField("id", &id)); err != nil {
 		return err
 	}
 	by := int64(1)
-	if req.By != nil {
-		by = *req.By
+	if byp != nil {
+		by = *byp
 	}
 	if by == 0 {
 		return badRequest("by must not be 0")
 	}
-	if req.ID != nil {
-		if err := validID(*req.ID); err != nil {
+	if id != nil {
+		if err := validID(*id); err != nil {
 			return err
 		}
-		err = s.c.IncrID(r.Context(), key, by, *req.ID)
+		err = s.c.IncrID(r.Context(), key, by, *id)
 	} else {
 		err = s.c.Incr(r.Context(), key, by)
 	}
@@ -87,36 +82,31 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// multiRequest is the body of POST /v1/counters:get.
-type multiRequest struct {
-	Keys []string `json:"keys"`
-}
-
 // handleGetMulti reads many counters at once.
 func (s *Server) handleGetMulti(w http.ResponseWriter, r *http.Request) error {
-	var req multiRequest
-	if err := decodeBody(w, r, s.cfg.MaxBatchBody, &req, false); err != nil {
+	var keys []string
+	if err := decodeObject(w, r, s.cfg.MaxBatchBody, false, stringsField("keys", &keys)); err != nil {
 		return err
 	}
 	switch {
-	case req.Keys == nil:
+	case keys == nil:
 		return badRequest("keys is required")
-	case len(req.Keys) == 0:
+	case len(keys) == 0:
 		return badRequest("keys must not be empty")
-	case len(req.Keys) > s.cfg.MaxKeys:
-		return badRequest("at most %d keys per request, got %d", s.cfg.MaxKeys, len(req.Keys))
+	case len(keys) > s.cfg.MaxKeys:
+		return badRequest("at most %d keys per request, got %d", s.cfg.MaxKeys, len(keys))
 	}
-	for i, k := range req.Keys {
+	for i, k := range keys {
 		if err := hotcount.ValidateKey(k); err != nil {
 			return badRequest("keys[%d]: %v", i, err)
 		}
 	}
-	got, err := s.c.GetMulti(r.Context(), req.Keys)
+	got, err := s.c.GetMulti(r.Context(), keys)
 	if err != nil {
 		return err
 	}
 	vals := make(map[string]int64, len(got))
-	for _, k := range req.Keys {
+	for _, k := range keys {
 		vals[k] = got[k].Value
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"values": vals})
@@ -150,28 +140,23 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// resizeRequest is the body of PUT /v1/counters/{key}/shards.
-type resizeRequest struct {
-	N *int `json:"n"`
-}
-
 // handleResize changes a counter's number of sub-counters.
 func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	key, err := pathKey(r)
 	if err != nil {
 		return err
 	}
-	var req resizeRequest
-	if err := decodeBody(w, r, s.cfg.MaxBody, &req, false); err != nil {
+	var n *int64
+	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("n", &n)); err != nil {
 		return err
 	}
 	switch {
-	case req.N == nil:
+	case n == nil:
 		return badRequest("n is required")
-	case *req.N < 1 || *req.N > keyspace.MaxN:
-		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *req.N)
+	case *n < 1 || *n > keyspace.MaxN:
+		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
-	if err := s.c.Resize(r.Context(), key, *req.N); err != nil {
+	if err := s.c.Resize(r.Context(), key, int(*n)); err != nil {
 		return err
 	}
 	rep, err := s.c.Shards(r.Context(), key)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/store"
@@ -84,24 +85,39 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, code, errorBody{Error: msg})
 }
 
-// pathKey returns the {key} path segment, unescaped and validated.
+// pathKey returns the {key} path segment, unescaped and validated. The
+// keys "." and ".." cannot be named in a path, escaped or not: clients,
+// proxies and the mux resolve such segments, so the same URL could name
+// another route on the way.
 func pathKey(r *http.Request) (string, error) {
 	key := r.PathValue("key")
+	if key == "." || key == ".." {
+		return "", badRequest("the counter key %q cannot be used in a path (read it with POST /v1/counters:get)", key)
+	}
 	if err := hotcount.ValidateKey(key); err != nil {
 		return "", badRequest("%v", err)
 	}
 	return key, nil
 }
 
-// decodeBody reads r's body, at most limit bytes, into dst, a pointer to a
-// struct. The body must be one JSON object without unknown fields and with
-// nothing after it; an empty body is allowed when allowEmpty and leaves dst
-// alone.
-func decodeBody[T any](w http.ResponseWriter, r *http.Request, limit int64, dst *T, allowEmpty bool) error {
+// field is one member a JSON request body may have. set receives the
+// member's raw value, never null.
+type field struct {
+	name string
+	set  func(raw json.RawMessage) error
+}
+
+// decodeObject reads r's body, at most limit bytes, as one JSON object
+// whose members are among fields, and calls each member's setter. It is
+// strict where encoding/json is lenient: member names match exactly (a
+// differently cased name is unknown), a member may appear once, null is
+// not a value, and nothing may follow the object. An empty body is allowed
+// when allowEmpty (no setter is called). Every failure is a 400, or a 413
+// when the body is too large.
+func decodeObject(w http.ResponseWriter, r *http.Request, limit int64, allowEmpty bool, fields ...field) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	var obj *T // nil after decoding "null"
-	err := dec.Decode(&obj)
+	dec.UseNumber()
+	tok, err := dec.Token()
 	switch {
 	case errors.Is(err, io.EOF):
 		if allowEmpty {
@@ -110,8 +126,37 @@ func decodeBody[T any](w http.ResponseWriter, r *http.Request, limit int64, dst 
 		return badRequest("body must be a JSON object, got nothing")
 	case err != nil:
 		return bodyError(err, limit)
-	case obj == nil:
-		return badRequest("body must be a JSON object, got null")
+	case tok != json.Delim('{'):
+		return badRequest("body must be a JSON object, got %s", jsonKind(tok))
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bodyError(err, limit)
+		}
+		name, _ := tok.(string)
+		f, ok := findField(fields, name)
+		if !ok {
+			return unknownField(fields, name)
+		}
+		if seen[name] {
+			return badRequest("invalid JSON body: field %q appears more than once", name)
+		}
+		seen[name] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return bodyError(err, limit)
+		}
+		if string(raw) == "null" {
+			return badRequest("%s must not be null (leave it out instead)", name)
+		}
+		if err := f.set(raw); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return bodyError(err, limit)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
@@ -121,19 +166,97 @@ func decodeBody[T any](w http.ResponseWriter, r *http.Request, limit int64, dst 
 		}
 		return badRequest("invalid JSON body: data after the object")
 	}
-	*dst = *obj
 	return nil
+}
+
+// findField returns the field named exactly name.
+func findField(fields []field, name string) (field, bool) {
+	for _, f := range fields {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return field{}, false
+}
+
+// unknownField explains a member name that no field has.
+func unknownField(fields []field, name string) error {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = strconv.Quote(f.name)
+		if strings.EqualFold(f.name, name) {
+			return badRequest("unknown field %q: field names are case-sensitive, did you mean %q?", name, f.name)
+		}
+	}
+	return badRequest("unknown field %q (allowed: %s)", name, strings.Join(names, ", "))
+}
+
+// jsonKind names the kind of value a first token starts.
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	default:
+		return "null"
+	}
+}
+
+// intField is a member holding an int64 (no fraction, no exponent).
+func intField(name string, dst **int64) field {
+	return field{name: name, set: func(raw json.RawMessage) error {
+		var v int64
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return badRequest("%s must be an integer in the int64 range, got %.40s", name, raw)
+		}
+		*dst = &v
+		return nil
+	}}
+}
+
+// stringField is a member holding a string.
+func stringField(name string, dst **string) field {
+	return field{name: name, set: func(raw json.RawMessage) error {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return badRequest("%s must be a string, got %.40s", name, raw)
+		}
+		*dst = &v
+		return nil
+	}}
+}
+
+// stringsField is a member holding an array of strings.
+func stringsField(name string, dst *[]string) field {
+	return field{name: name, set: func(raw json.RawMessage) error {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(raw, &raws); err != nil {
+			return badRequest("%s must be an array of strings, got %.40s", name, raw)
+		}
+		v := make([]string, len(raws))
+		for i, r := range raws {
+			if err := json.Unmarshal(r, &v[i]); err != nil || string(r) == "null" {
+				return badRequest("%s[%d] must be a string, got %.40s", name, i, r)
+			}
+		}
+		*dst = v
+		return nil
+	}}
 }
 
 // bodyError maps a decoding error to 413 (too large) or 400.
 func bodyError(err error, limit int64) error {
 	var mbe *http.MaxBytesError
-	var ute *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
 		return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is larger than %d bytes", limit)}
-	case errors.As(err, &ute) && ute.Field == "":
-		return badRequest("body must be a JSON object")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("invalid JSON body: unexpected end")
 	default:
 		return badRequest("invalid JSON body: %v", err)
 	}

@@ -218,6 +218,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(rw, http.StatusInternalServerError, errorBody{Error: "internal error"})
 		}
 	}()
+	if len(r.TransferEncoding) > 0 {
+		// The body was framed by Transfer-Encoding alone: net/http drops a
+		// Content-Length sent beside it, as RFC 9112 section 6.3 says. Such
+		// a request may be an attempt at request smuggling, so the
+		// connection is closed after the answer, as the RFC requires;
+		// whatever followed on it is never read as a request.
+		w.Header().Set("Connection", "close")
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/counters/") {
 		if msg := badCounterPath(r.URL.EscapedPath()); msg != "" {
 			// The mux would clean such a path and redirect it elsewhere.
