@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
@@ -30,14 +31,18 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 		if err := validID(*id); err != nil {
 			return err
 		}
+		start := time.Now()
 		err = s.c.IncrID(r.Context(), key, by, *id)
+		s.metrics.since(opIncrID, start)
 	} else {
+		start := time.Now()
 		err = s.c.Incr(r.Context(), key, by)
+		s.metrics.since(opIncr, start)
 	}
 	if err != nil {
 		return err
 	}
-	s.metrics.increments.Inc()
+	s.metrics.incremented(s.c, key)
 	writeJSON(w, http.StatusOK, incrResponse{Key: key, Accepted: true})
 	return nil
 }
@@ -66,12 +71,16 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	var rd hotcount.Reading
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "", "cached":
+		start := time.Now()
 		rd, err = s.c.Get(r.Context(), key)
+		s.metrics.since(opGet, start)
 	case "exact":
 		if m := s.c.Mode(key); m != hotcount.ModeDurable {
 			return badRequest("consistency=exact needs a durable namespace; %q is in mode %s", key, m)
 		}
+		start := time.Now()
 		rd, err = s.c.GetExact(r.Context(), key)
+		s.metrics.since(opGetExact, start)
 	default:
 		return badRequest("consistency must be cached or exact, got %q", c)
 	}
@@ -96,12 +105,18 @@ func (s *Server) handleGetMulti(w http.ResponseWriter, r *http.Request) error {
 	case len(keys) > s.cfg.MaxKeys:
 		return badRequest("at most %d keys per request, got %d", s.cfg.MaxKeys, len(keys))
 	}
+	p := principalOf(r.Context())
 	for i, k := range keys {
 		if err := hotcount.ValidateKey(k); err != nil {
 			return badRequest("keys[%d]: %v", i, err)
 		}
+		if !p.covers(k) {
+			return outsidePrefixes(p, k)
+		}
 	}
+	start := time.Now()
 	got, err := s.c.GetMulti(r.Context(), keys)
+	s.metrics.since(opGetMulti, start)
 	if err != nil {
 		return err
 	}
@@ -119,7 +134,10 @@ func (s *Server) handleClear(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.c.Clear(r.Context(), key); err != nil {
+	start := time.Now()
+	err = s.c.Clear(r.Context(), key)
+	s.metrics.since(opClear, start)
+	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "cleared": true})
@@ -132,7 +150,9 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	rep, err := s.c.Shards(r.Context(), key)
+	s.metrics.since(opShards, start)
 	if err != nil {
 		return err
 	}
@@ -156,7 +176,10 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	case *n < 1 || *n > keyspace.MaxN:
 		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
-	if err := s.c.Resize(r.Context(), key, int(*n)); err != nil {
+	start := time.Now()
+	err = s.c.Resize(r.Context(), key, int(*n))
+	s.metrics.since(opResize, start)
+	if err != nil {
 		return err
 	}
 	rep, err := s.c.Shards(r.Context(), key)
@@ -176,6 +199,10 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) error {
 // maxHotKeys bounds ?n= of /v1/hotkeys.
 const maxHotKeys = 100
 
+// maxHotKeysScan is how far down the ranking /v1/hotkeys looks for the
+// keys of a token limited to prefixes.
+const maxHotKeysScan = 1000
+
 // handleHotKeys reports the hottest keys and the recent automatic-N
 // decisions.
 func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
@@ -187,11 +214,25 @@ func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("n must be an integer 1..%d, got %q", maxHotKeys, v)
 		}
 	}
-	keys := s.c.HotKeys(r.Context(), n)
-	if keys == nil {
-		keys = []hotcount.HotKey{}
+	p := principalOf(r.Context())
+	keys := []hotcount.HotKey{}
+	if p.limited() {
+		// Other tenants' keys are not shown: look further down the
+		// ranking for n keys of the token's own.
+		for _, k := range s.c.HotKeys(r.Context(), maxHotKeysScan) {
+			if p.covers(k.Key) && len(keys) < n {
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		keys = append(keys, s.c.HotKeys(r.Context(), n)...)
 	}
-	decisions := s.c.Decisions()
+	var decisions []hotcount.Decision
+	for _, d := range s.c.Decisions() {
+		if p.covers(d.Key) {
+			decisions = append(decisions, d)
+		}
+	}
 	last := map[string]string{}
 	for _, d := range decisions {
 		last[d.Key] = d.Reason

@@ -18,6 +18,8 @@ import (
 type httpError struct {
 	status int
 	msg    string
+	// challenge, when set, is the WWW-Authenticate header of a 401 or 403.
+	challenge string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -46,42 +48,111 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// classify maps an error to a status and a message for the client.
-func classify(err error) (int, string) {
+// The error classes counted in hotcount_http_errors_total{class}.
+const (
+	classBadRequest     = "bad_request"     // 400: bad key, body or parameter
+	classNotDurable     = "not_durable"     // 400: an id or exact read on a fast-mode key
+	classUnauthorized   = "unauthorized"    // 401: no or unknown token
+	classForbidden      = "forbidden"       // 403: a token without the scope or outside its prefixes
+	classNotFound       = "not_found"       // 404
+	classMethod         = "method"          // 405
+	classConflict       = "conflict"        // 409: a concurrent resize
+	classOverflow       = "overflow"        // 409: the increment would pass the bound
+	classTooLarge       = "too_large"       // 413
+	classNotImplemented = "not_implemented" // 501: the backend cannot do this as configured
+	classUnavailable    = "unavailable"     // 503: the cache or the durable store did not answer
+	classBackpressure   = "backpressure"    // 503: buffered deltas are held and the bound is reached
+	classShuttingDown   = "shutting_down"   // 503: draining or closed
+	classCancelled      = "cancelled"       // 503: the client went away
+	classInternal       = "internal"        // 500: an error nothing else names
+	classPanic          = "panic"           // 500: a handler panicked
+	classRedirect       = "redirect"        // 3xx from the mux (a path it would clean)
+)
+
+// errorClasses lists every class, so that each series exists from the
+// start.
+var errorClasses = []string{classBadRequest, classNotDurable, classUnauthorized, classForbidden, classNotFound,
+	classMethod, classConflict, classOverflow, classTooLarge, classNotImplemented, classUnavailable,
+	classBackpressure, classShuttingDown, classCancelled, classInternal, classPanic, classRedirect}
+
+// statusClass is the class of an answer by its status alone.
+func statusClass(code int) string {
+	switch code {
+	case http.StatusBadRequest:
+		return classBadRequest
+	case http.StatusUnauthorized:
+		return classUnauthorized
+	case http.StatusForbidden:
+		return classForbidden
+	case http.StatusNotFound:
+		return classNotFound
+	case http.StatusMethodNotAllowed:
+		return classMethod
+	case http.StatusConflict:
+		return classConflict
+	case http.StatusRequestEntityTooLarge:
+		return classTooLarge
+	case http.StatusNotImplemented:
+		return classNotImplemented
+	case http.StatusServiceUnavailable:
+		return classUnavailable
+	}
+	if code >= 300 && code < 400 {
+		return classRedirect
+	}
+	return classInternal
+}
+
+// classify maps an error to a status, a class and a message for the
+// client.
+func classify(err error) (int, string, string) {
 	var he *httpError
 	switch {
 	case errors.As(err, &he):
-		return he.status, he.msg
-	case errors.Is(err, hotcount.ErrInvalidKey), errors.Is(err, hotcount.ErrZeroDelta),
-		errors.Is(err, hotcount.ErrNotDurable), errors.Is(err, hotcount.ErrInvalidN):
-		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, hotcount.ErrOverflow), errors.Is(err, hotcount.ErrConflict):
-		return http.StatusConflict, err.Error()
+		return he.status, statusClass(he.status), he.msg
+	case errors.Is(err, hotcount.ErrNotDurable):
+		return http.StatusBadRequest, classNotDurable, err.Error()
+	case errors.Is(err, hotcount.ErrInvalidKey), errors.Is(err, hotcount.ErrZeroDelta), errors.Is(err, hotcount.ErrInvalidN):
+		return http.StatusBadRequest, classBadRequest, err.Error()
+	case errors.Is(err, hotcount.ErrOverflow):
+		return http.StatusConflict, classOverflow, err.Error()
+	case errors.Is(err, hotcount.ErrConflict):
+		return http.StatusConflict, classConflict, err.Error()
 	case errors.Is(err, hotcount.ErrNoMetadata), errors.Is(err, hotcount.ErrConfig):
 		// The backend cannot do this as configured (no metadata store, no
 		// durable store for durable mode).
-		return http.StatusNotImplemented, err.Error()
-	case errors.Is(err, hotcount.ErrUnavailable), errors.Is(err, hotcount.ErrBackpressure),
-		errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, "backend unavailable: " + err.Error()
+		return http.StatusNotImplemented, classNotImplemented, err.Error()
+	case errors.Is(err, hotcount.ErrBackpressure):
+		return http.StatusServiceUnavailable, classBackpressure, "backend unavailable: " + err.Error()
+	case errors.Is(err, hotcount.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, classUnavailable, "backend unavailable: " + err.Error()
 	case errors.Is(err, hotcount.ErrClosed), errors.Is(err, store.ErrClosed):
-		return http.StatusServiceUnavailable, "shutting down"
+		return http.StatusServiceUnavailable, classShuttingDown, "shutting down"
 	case errors.Is(err, context.Canceled):
-		return http.StatusServiceUnavailable, "request cancelled"
+		return http.StatusServiceUnavailable, classCancelled, "request cancelled"
 	default:
-		return http.StatusInternalServerError, "internal error"
+		return http.StatusInternalServerError, classInternal, "internal error"
 	}
 }
 
-// writeError answers err.
+// writeError answers err and counts its class.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code, msg := classify(err)
+	code, class, msg := classify(err)
+	var he *httpError
 	switch {
 	case code == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.cfg.RetryAfter.Seconds()+0.5))))
 	case code == http.StatusInternalServerError:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	case code == http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hotcount"`)
+		if errors.As(err, &he) && he.msg == "unknown bearer token" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hotcount", error="invalid_token"`)
+		}
+	case code == http.StatusForbidden && errors.As(err, &he) && he.challenge != "":
+		w.Header().Set("WWW-Authenticate", he.challenge)
 	}
+	s.metrics.errors.WithLabelValues(class).Inc()
 	writeJSON(w, code, errorBody{Error: msg})
 }
 
