@@ -155,6 +155,9 @@ func bearer(h string) (string, bool) {
 // answer (401). Every configured token is compared, in constant time, so
 // that the time taken does not tell which one matched.
 func (s *Server) authenticate(r *http.Request) (*principal, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		return nil, &httpError{status: http.StatusUnauthorized, msg: "more than one Authorization header"}
+	}
 	got, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, &httpError{status: http.StatusUnauthorized, msg: "missing bearer token (Authorization: Bearer <token>)"}

@@ -38,7 +38,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,6 +110,7 @@ type Server struct {
 	log     *slog.Logger
 	c       Backend
 	tokens  []*principal
+	csrf    *http.CrossOriginProtection
 	mux     *http.ServeMux
 	routes  []string
 	reg     *prometheus.Registry
@@ -131,6 +134,9 @@ type route struct {
 	// global routes span every counter: a token limited to prefixes may
 	// not use them.
 	global bool
+	// api routes accept only the query parameters in params, each once.
+	api    bool
+	params []string
 }
 
 // New returns a Server for cfg. The caller's Config is not modified.
@@ -173,7 +179,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, c: cfg.Client, tokens: tokens, mux: http.NewServeMux(), ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, c: cfg.Client, tokens: tokens, csrf: http.NewCrossOriginProtection(),
+		mux: http.NewServeMux(), ready: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -196,15 +203,15 @@ func New(cfg Config) (*Server, error) {
 // needs for it.
 func (s *Server) table() []route {
 	return []route{
-		{pattern: "POST /v1/counters/{key}/incr", h: s.handleIncr, scope: ScopeWrite, keyed: true},
-		{pattern: "GET /v1/counters/{key}", h: s.handleGet, scope: ScopeRead, keyed: true},
-		{pattern: "DELETE /v1/counters/{key}", h: s.handleClear, scope: ScopeAdmin, keyed: true},
-		{pattern: "POST /v1/counters:get", h: s.handleGetMulti, scope: ScopeRead}, // keys checked in the handler
-		{pattern: "GET /v1/counters/{key}/shards", h: s.handleShards, scope: ScopeAdmin, keyed: true},
-		{pattern: "PUT /v1/counters/{key}/shards", h: s.handleResize, scope: ScopeAdmin, keyed: true},
-		{pattern: "GET /v1/nodes", h: s.handleNodes, scope: ScopeAdmin, global: true},
-		{pattern: "GET /v1/hotkeys", h: s.handleHotKeys, scope: ScopeAdmin}, // filtered to the token's prefixes
-		{pattern: "GET /v1/stats", h: s.handleStats, scope: ScopeAdmin, global: true},
+		{pattern: "POST /v1/counters/{key}/incr", h: s.handleIncr, scope: ScopeWrite, keyed: true, api: true},
+		{pattern: "GET /v1/counters/{key}", h: s.handleGet, scope: ScopeRead, keyed: true, api: true, params: []string{"consistency"}},
+		{pattern: "DELETE /v1/counters/{key}", h: s.handleClear, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "POST /v1/counters:get", h: s.handleGetMulti, scope: ScopeRead, api: true}, // keys checked in the handler
+		{pattern: "GET /v1/counters/{key}/shards", h: s.handleShards, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "PUT /v1/counters/{key}/shards", h: s.handleResize, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "GET /v1/nodes", h: s.handleNodes, scope: ScopeAdmin, global: true, api: true},
+		{pattern: "GET /v1/hotkeys", h: s.handleHotKeys, scope: ScopeAdmin, api: true, params: []string{"n"}}, // filtered to the token's prefixes
+		{pattern: "GET /v1/stats", h: s.handleStats, scope: ScopeAdmin, global: true, api: true},
 		{pattern: "GET /v1/openapi.json", h: s.handleOpenAPI},
 		{pattern: "GET /metrics", h: s.handleMetrics, scope: ScopeMetrics, global: true},
 		{pattern: "GET /healthz", h: s.handleHealthz},
@@ -213,6 +220,30 @@ func (s *Server) table() []route {
 		{pattern: "GET /favicon.ico", h: s.handleFavicon},
 		{pattern: "GET /assets/{file...}", h: s.handleAsset},
 	}
+}
+
+// checkQuery refuses a query parameter an API route does not take, a
+// parameter given twice and a query that does not parse.
+func checkQuery(r *http.Request, rt route) error {
+	if !rt.api || r.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return badRequest("bad query string: %v", err)
+	}
+	for name, vs := range q {
+		if !slices.Contains(rt.params, name) {
+			if len(rt.params) == 0 {
+				return badRequest("unknown query parameter %q (%s takes none)", name, rt.pattern)
+			}
+			return badRequest("unknown query parameter %q (%s takes %q)", name, rt.pattern, rt.params)
+		}
+		if len(vs) > 1 {
+			return badRequest("query parameter %q appears more than once", name)
+		}
+	}
+	return nil
 }
 
 // Routes returns the patterns of every served route ("METHOD /path").
@@ -292,15 +323,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// whatever followed on it is never read as a request.
 		w.Header().Set("Connection", "close")
 	}
-	if strings.HasPrefix(r.URL.Path, "/v1/counters/") {
-		if msg := badCounterPath(r.URL.EscapedPath()); msg != "" {
-			// The mux would clean such a path and redirect it elsewhere.
-			rw.routed = true
-			writeJSON(rw, http.StatusBadRequest, errorBody{Error: msg})
-			s.metrics.observeUnmatched(http.StatusBadRequest)
-			s.accessLog(r, rw, "unmatched", nil, 0)
-			return
-		}
+	if err := s.csrf.Check(r); err != nil {
+		// A browser on another site sent a request that changes state
+		// (Sec-Fetch-Site or Origin say so): a cross-site request forgery,
+		// refused before anything else looks at it.
+		rw.routed = true
+		writeJSON(rw, http.StatusForbidden, errorBody{Error: "cross-origin request refused: " + err.Error()})
+		s.metrics.observeUnmatched(http.StatusForbidden)
+		s.accessLog(r, rw, "unmatched", nil, 0)
+		return
+	}
+	if msg := badPath(r.URL.EscapedPath()); msg != "" {
+		// The mux would clean such a path and redirect it elsewhere.
+		rw.routed = true
+		writeJSON(rw, http.StatusBadRequest, errorBody{Error: msg})
+		s.metrics.observeUnmatched(http.StatusBadRequest)
+		s.accessLog(r, rw, "unmatched", nil, 0)
+		return
 	}
 	s.mux.ServeHTTP(rw, r)
 	if rw.routed {
@@ -339,6 +378,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		rw.routed = true
 		start := time.Now()
 		p, err := s.authorize(r, rt)
+		if err == nil {
+			err = checkQuery(r, rt)
+		}
 		if err == nil {
 			if p != nil {
 				r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
@@ -391,17 +433,33 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// badCounterPath explains why a /v1/counters/ path has an empty, "." or
-// ".." key segment, or returns "" when it has none. Such keys cannot be
-// named in a path (they are valid keys for POST /v1/counters:get).
-func badCounterPath(escaped string) string {
-	rest := strings.TrimPrefix(escaped, "/v1/counters/")
-	seg, _, _ := strings.Cut(rest, "/")
-	switch seg {
-	case "":
-		return "the counter key in the path is empty"
-	case ".", "..":
-		return fmt.Sprintf("the counter key %q cannot be used in a path", seg)
+// badPath explains why a path is not canonical: a "." or ".." segment
+// (escaped or not) or an empty one; or returns "" when it is canonical.
+// net/http's mux would clean such a path and redirect to another route, and
+// in a counter path such a segment would be a key that clients and proxies
+// resolve on the way.
+func badPath(escaped string) string {
+	if escaped == "/" {
+		return ""
+	}
+	segs := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
+	counter := len(segs) > 2 && segs[0] == "v1" && segs[1] == "counters"
+	for i, seg := range segs {
+		u, err := url.PathUnescape(seg)
+		if err != nil {
+			u = seg
+		}
+		switch {
+		case counter && i == 2 && (u == "" || u == "." || u == ".."):
+			if u == "" {
+				return "the counter key in the path is empty"
+			}
+			return fmt.Sprintf("the counter key %q cannot be used in a path (read it with POST /v1/counters:get)", u)
+		case u == "." || u == "..":
+			return fmt.Sprintf("the path %q has a %q segment", escaped, u)
+		case u == "" && i < len(segs)-1:
+			return fmt.Sprintf("the path %q has an empty segment", escaped)
+		}
 	}
 	return ""
 }
