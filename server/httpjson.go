@@ -152,7 +152,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case code == http.StatusForbidden && errors.As(err, &he) && he.challenge != "":
 		w.Header().Set("WWW-Authenticate", he.challenge)
 	}
-	s.metrics.errors.WithLabelValues(class).Inc()
+	s.metrics.countError(class)
 	writeJSON(w, code, errorBody{Error: msg})
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,14 @@ type metrics struct {
 	calls      *prometheus.HistogramVec
 	panics     prometheus.Counter
 	handler    http.Handler
+	// errCounts mirror hotcount_http_errors_total for /v1/stats.
+	errCounts map[string]*errorCount
+}
+
+// errorCount is one class's series and its count.
+type errorCount struct {
+	c prometheus.Counter
+	n atomic.Uint64
 }
 
 // latencyBuckets span 100 µs to 2.5 s: an in-process call to a request
@@ -75,8 +84,9 @@ func newMetrics(s *Server) *metrics {
 			Help: "Handler panics caught and answered with 500.",
 		}),
 	}
+	m.errCounts = make(map[string]*errorCount, len(errorClasses))
 	for _, c := range errorClasses {
-		m.errors.WithLabelValues(c)
+		m.errCounts[c] = &errorCount{c: m.errors.WithLabelValues(c)}
 	}
 	for _, op := range []string{opIncr, opIncrID, opGet, opGetExact, opGetMulti, opClear, opShards, opResize} {
 		m.calls.WithLabelValues(op)
@@ -133,7 +143,28 @@ func (rm *routeMetrics) observe(code int, d time.Duration) {
 // observeUnmatched records a request no route claimed.
 func (m *metrics) observeUnmatched(code int) {
 	m.requests.WithLabelValues("unmatched", strconv.Itoa(code)).Inc()
-	m.errors.WithLabelValues(statusClass(code)).Inc()
+	m.countError(statusClass(code))
+}
+
+// countError counts one error answer of class (one of errorClasses).
+func (m *metrics) countError(class string) {
+	e := m.errCounts[class]
+	if e == nil {
+		e = m.errCounts[classInternal]
+	}
+	e.c.Inc()
+	e.n.Add(1)
+}
+
+// errorCounts returns the non-zero error counts by class.
+func (m *metrics) errorCounts() map[string]uint64 {
+	out := map[string]uint64{}
+	for c, e := range m.errCounts {
+		if n := e.n.Load(); n > 0 {
+			out[c] = n
+		}
+	}
+	return out
 }
 
 // since records the latency of one Client call that started at start.

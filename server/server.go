@@ -309,7 +309,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		s.metrics.panics.Inc()
-		s.metrics.errors.WithLabelValues(classPanic).Inc()
+		s.metrics.countError(classPanic)
 		if rw.code == 0 {
 			rw.routed = true
 			writeJSON(rw, http.StatusInternalServerError, errorBody{Error: "internal error"})

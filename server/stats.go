@@ -14,6 +14,9 @@ type statsResponse struct {
 	Rebalance  rebalanceStats  `json:"rebalance"`
 	// NodeBudget is the cache writes per second one node may take.
 	NodeBudget float64 `json:"node_budget"`
+	// Errors counts this server's error answers by class since start
+	// (hotcount_http_errors_total); classes with none are left out.
+	Errors map[string]uint64 `json:"errors"`
 }
 
 type bufferStats struct {
@@ -68,6 +71,7 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 		},
 		Rebalance:  rebalanceStats{Checks: st.Rebalance.Checks, Moved: st.Rebalance.Moved, Failed: st.Rebalance.Failed},
 		NodeBudget: s.cfg.NodeBudget,
+		Errors:     s.metrics.errorCounts(),
 	}
 	if !d.LastCheckpoint.IsZero() {
 		t := d.LastCheckpoint.UTC()
