@@ -216,3 +216,11 @@ func principalOf(ctx context.Context) *principal {
 	p, _ := ctx.Value(principalKey{}).(*principal)
 	return p
 }
+
+// CheckTokens reports whether New would accept the single token and the
+// tokens; the error wraps ErrConfig and names the token. Configuration
+// loaders call it before they build a Client.
+func CheckTokens(token string, tokens []Token) error {
+	_, err := checkTokens(token, tokens)
+	return err
+}

@@ -61,6 +61,10 @@ type soakVerdict struct {
 	LastError           string `json:"last_error,omitempty"`
 	Resize              string `json:"resize"` // "on", or why it is off
 	CheckExact          bool   `json:"check_exact"`
+	// Removed is how many counters the run cleared at its end (none with
+	// --keep, when Kept is set).
+	Removed int  `json:"removed_keys"`
+	Kept    bool `json:"kept"`
 }
 
 // soakCounts are the operation counters of a soak run.
@@ -78,12 +82,13 @@ func (s *soakCounts) fail(err error) {
 // clears, resizes) for --duration and prints memory and goroutine counts
 // every --interval, then a verdict comparing the first and last sample.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("soak", stderr)
+	fs := newFlagSet("soak", stdout, stderr)
 	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store)")
 	duration := fs.Duration("duration", 10*time.Minute, "how long to run")
 	keys := fs.Int("keys", 1000, "number of distinct counters")
 	interval := fs.Duration("interval", 10*time.Second, "time between samples")
 	asJSON := fs.Bool("json", false, "print JSON lines")
+	keep := fs.Bool("keep", false, "keep the counters the run wrote (default: clear them at the end)")
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -103,7 +108,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Namespaces: []hotcount.Namespace{{Prefix: prefix + "b:", Buffered: true}},
 	})
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "soak", err)
 	}
 	var counts soakCounts
 	names := make([]string, *keys)
@@ -167,8 +172,28 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	end.Stop()
 	stopWork()
 	wg.Wait()
-	if code != exitOK {
+	// removeKeys clears every counter the run wrote, unless --keep.
+	removeKeys := func() (int, error) {
+		if *keep {
+			return 0, nil
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for i, k := range append(names, checkKey) {
+			if err := c.Clear(cctx, k); err != nil {
+				return i, err
+			}
+		}
+		return len(names) + 1, nil
+	}
+	if code != exitOK || ctx.Err() != nil {
+		if n, err := removeKeys(); err != nil {
+			fmt.Fprintf(stderr, "hotcount: soak: removed %d of %d counters: %v\n", n, len(names)+1, err)
+		}
 		_ = c.Close(context.Background())
+		if code == exitOK {
+			code = exitFailure
+		}
 		return code
 	}
 
@@ -183,6 +208,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			exact = r.Value == checkSent.Load()
 		}
 	}
+	removed, rmErr := removeKeys()
 	if err := c.Close(closeCtx); err != nil {
 		return failf(stderr, "soak: close: %v", err)
 	}
@@ -190,7 +216,10 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	v := soakJudge(first, last, time.Since(start), &counts)
 	v.Resize, v.CheckExact = resize, exact
 	v.GoroutineBefore, v.GoroutineAfterClose = before, afterClose
+	v.Removed, v.Kept = removed, *keep
 	switch {
+	case rmErr != nil:
+		v.Verdict, v.Reason = "fail", fmt.Sprintf("removing the counters: %v (%d removed)", rmErr, removed)
 	case first.Elapsed == "":
 		v.Verdict, v.Reason = "fail", "interrupted before the first sample"
 	case afterClose > before+soakGoroutineSlack:
@@ -208,6 +237,11 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			v.GoroutineStart, v.GoroutineEnd, v.Duration, v.GoroutineBefore, v.GoroutineAfterClose, v.Incrs, v.Gets, v.Clears, v.Resizes, v.Resize, v.Errors, v.CheckExact)
 		if v.LastError != "" {
 			fmt.Fprintf(stdout, "  last error: %s\n", v.LastError)
+		}
+		if v.Kept {
+			fmt.Fprintf(stdout, "  kept the counters under %s\n", prefix)
+		} else {
+			fmt.Fprintf(stdout, "  removed the %d counters it wrote\n", v.Removed)
 		}
 	}
 	if v.Verdict != "stable" {
