@@ -27,6 +27,11 @@ const clusterUsage = `Usage: hotcount cluster <up|down|status> [flags]
   status  show the nodes of the cluster in --dir (exit 1 unless healthy)
 
 Run 'hotcount cluster <subcommand> --help' for its flags.
+
+Examples:
+  hotcount cluster up --dir /tmp/hc --port 7100
+  hotcount cluster status --dir /tmp/hc
+  hotcount cluster down --dir /tmp/hc
 `
 
 // runCluster dispatches hotcount cluster up|down|status.
