@@ -45,6 +45,7 @@ func TestFastRestoreOnceAcrossProcesses(t *testing.T) {
 	var restored atomic.Int64
 	cfg := hotcount.Config{
 		Store:      st,
+		Defaults:   hotcount.Namespace{NoColdStart: true},
 		Reads:      hotcount.ReadConfig{NoCache: true},
 		Durability: hotcount.DurabilityConfig{Store: ds.open(t, loc), CheckpointInterval: time.Hour, OnRestore: func(r hotcount.Restore) { restored.Add(r.Amount) }},
 	}

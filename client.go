@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/durable"
@@ -83,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	undo = append(undo, c.eng.CloseBuffers)
 	c.scale, err = autoscale.New(autoscale.Config{
-		Engine: c.eng, AutoN: s.AutoN.Enabled, Rebalance: s.Rebalance.Auto, RebalanceCheck: s.Rebalance.Check,
+		Engine: c.eng, AutoN: s.AutoN.Enabled, NaiveLabels: s.Meta.NaiveLabels, Rebalance: s.Rebalance.Auto, RebalanceCheck: s.Rebalance.Check,
 		Policy:  hotkeys.Policy{Budget: s.AutoN.Budget, MaxN: s.AutoN.MaxN, Hysteresis: s.AutoN.Hysteresis},
 		Timeout: s.Timeout, Clock: s.Clock,
 	})
@@ -131,13 +133,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 	if c.fast != nil && delta != 0 {
 		// The hot path: the buffer validates every key it has not seen
-		// yet, and after Close it answers ErrClosed itself.
+		// yet, and after Close it answers ErrClosed itself. Nothing keeps
+		// key (the other paths get a copy), so a key built for the call
+		// ("likes:" + id) stays on the caller's stack.
 		if err := c.fast.Add(key, delta); err != nil {
-			return engine.AddError(key, err)
+			return engine.AddError(strings.Clone(key), err)
 		}
 		return nil
 	}
-	return c.incr(ctx, key, delta, "")
+	return c.incr(ctx, strings.Clone(key), delta, "")
 }
 
 // IncrID adds delta to the durable-mode counter key, with id as the
@@ -239,8 +243,9 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 	return reads[0].Subs, nil
 }
 
-// Clear deletes every sub-counter of key, after sending this process's
-// buffered deltas. Clearing a counter that does not exist is not an error.
+// Clear deletes the counter key: every sub-counter and its metadata, after
+// sending this process's buffered deltas; its next increment starts it
+// again. Clearing a counter that does not exist is not an error.
 func (c *Client) Clear(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err
@@ -252,6 +257,55 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 		c.dur.Cleared(key) // the next checkpoint saves the cleared value
 	}
 	return nil
+}
+
+// Expire gives the counter key the deadline at, as Redis EXPIREAT does: the
+// counter and every part of it go then (a deadline not after now removes
+// it at once). It reports whether the counter existed. A cold counter
+// expires exactly as its one cache key does; a sharded one is taken as
+// gone by every reader from the deadline on (see the README's lifecycle
+// section for how increments, clears and folds meet a deadline).
+func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	existed, err := c.eng.Expire(ctx, key, at)
+	if err == nil && c.dur != nil {
+		c.dur.Cleared(key)
+	}
+	return existed, err
+}
+
+// Persist removes the deadline of key, as Redis PERSIST does. It reports
+// whether there was one.
+func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	return c.eng.Persist(ctx, key)
+}
+
+// Deadline returns the deadline of key (zero: none) and whether the
+// counter exists.
+func (c *Client) Deadline(ctx context.Context, key string) (at time.Time, exists bool, err error) {
+	if err := c.check(key); err != nil {
+		return time.Time{}, false, err
+	}
+	return c.eng.Deadline(ctx, key)
+}
+
+// Exists returns how many of keys are counters that exist (a key named
+// twice counts twice), as Redis EXISTS does.
+func (c *Client) Exists(ctx context.Context, keys ...string) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	for _, k := range keys {
+		if err := keyspace.Validate(k); err != nil {
+			return 0, err
+		}
+	}
+	return c.eng.Exists(ctx, keys)
 }
 
 // Flush sends this process's buffered deltas now and waits for the cache

@@ -64,7 +64,7 @@ func isNil(err error) bool { return rueidis.IsRedisNil(err) }
 func TestReadCostCluster(t *testing.T) {
 	ctx := context.Background()
 	st := openCluster(t)
-	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	key := uniqueKey(t)
 	for range 200 {
 		if err := c.Incr(ctx, key, 1); err != nil {
@@ -99,7 +99,7 @@ func TestReadCostCluster(t *testing.T) {
 	// nodes. Its metadata (label sets, cached for MetaTTL) is loaded
 	// first: that costs one GET of the metadata key per MetaTTL, not per
 	// read.
-	c2 := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+	c2 := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	if _, _, err := c2.Labels(ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ const (
 	DefaultN = 8
 	// DefaultReadCacheTTL is how long a summed read is cached.
 	DefaultReadCacheTTL = time.Second
+	// DefaultHotRate is the cache writes per second (per process) past
+	// which a cold counter grows to N sub-counters.
+	DefaultHotRate = 1000
 	// DefaultFlushInterval is how often buffered deltas are flushed.
 	DefaultFlushInterval = buffer.DefaultInterval
 	// DefaultEmbeddedNodes is the node count of the embedded store.
@@ -57,7 +60,8 @@ type Config struct {
 	Store store.Store
 	// Defaults are the settings of keys that no namespace matches (its
 	// Prefix must be empty). Zero fields mean DefaultN, ModeFast,
-	// unbuffered, DefaultFlushInterval and DefaultReadCacheTTL.
+	// unbuffered, cold start, DefaultFlushInterval, DefaultReadCacheTTL and
+	// DefaultHotRate.
 	Defaults Namespace
 	// Namespaces override Defaults for keys that start with a prefix; the
 	// longest matching prefix wins. Their zero fields inherit Defaults,
@@ -243,6 +247,7 @@ func (c Config) resolve() (settings, error) {
 	def.Mode = or(def.Mode, ModeFast)
 	def.FlushInterval = or(def.FlushInterval, DefaultFlushInterval)
 	def.ReadCacheTTL = or(def.ReadCacheTTL, DefaultReadCacheTTL)
+	def.HotRate = or(def.HotRate, DefaultHotRate)
 	var err error
 	if s.table, err = ns.New(def, c.Namespaces); err != nil {
 		return bad("%w", err)

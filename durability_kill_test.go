@@ -177,7 +177,7 @@ func TestDurableKilledWriter(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, d := range dup {
-				if !d {
+				if !d.Dup || d.Err != nil {
 					t.Fatalf("acknowledged %s was not in the log", events[i].ID)
 				}
 			}

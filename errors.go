@@ -39,6 +39,9 @@ var (
 	// ErrNoMetadata: the store keeps no counter metadata, so N cannot
 	// change.
 	ErrNoMetadata = engine.ErrNoMetadata
+	// ErrNoExpiry: the store keeps no deadlines (a Store given in the
+	// Config without them).
+	ErrNoExpiry = engine.ErrNoExpiry
 	// ErrConflict: another resize of the same counter is under way; retry
 	// when it is done.
 	ErrConflict = engine.ErrConflict

@@ -11,7 +11,7 @@ import (
 // placed on the three simulated nodes, summed on read.
 func Example() {
 	ctx := context.Background()
-	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	if err != nil {
 		panic(err)
 	}

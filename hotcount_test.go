@@ -75,7 +75,7 @@ func TestExactTotalConcurrent(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			clk := clock.NewFake()
-			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{N: 8}, Timeout: 30 * time.Second, Clock: clk})
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Timeout: 30 * time.Second, Clock: clk})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			const workers, per = 64, 10000
@@ -129,7 +129,7 @@ func TestExactTotalConcurrent(t *testing.T) {
 func TestUniformChoice(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			const total = 80000
@@ -164,7 +164,7 @@ func TestUniformChoice(t *testing.T) {
 func TestReadCostEmbedded(t *testing.T) {
 	clk := clock.NewFake()
 	st, _ := mem.New(mem.Config{Nodes: 3})
-	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8}, Clock: clk})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Clock: clk})
 	ctx := context.Background()
 	key := "likes:post:42"
 	for range 100 {
@@ -249,7 +249,7 @@ func TestStalenessAndReadYourWrites(t *testing.T) {
 
 func TestNoReadCache(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
-	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
 	ctx := context.Background()
 	_ = c.Incr(ctx, "k", 1)
 	for i := range 5 {
@@ -270,7 +270,7 @@ func TestNoReadCache(t *testing.T) {
 func TestSingleFlight(t *testing.T) {
 	st, _ := mem.New(mem.Config{Nodes: 3})
 	gate := &gatedStore{Store: st, gate: make(chan struct{})}
-	c := newClient(t, gate, hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+	c := newClient(t, gate, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	ctx := context.Background()
 	_ = c.Incr(ctx, "k", 9)
 	var wg sync.WaitGroup
@@ -314,7 +314,7 @@ func (g *gatedStore) Get(ctx context.Context, keys []string) ([]int64, error) {
 // for their values.
 func TestGetMultiOneRoundPerNode(t *testing.T) {
 	st, _ := mem.New(mem.Config{Nodes: 3})
-	writer := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8}})
+	writer := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}})
 	ctx := context.Background()
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
 	for i, k := range keys {
@@ -343,7 +343,7 @@ func TestGetMultiOneRoundPerNode(t *testing.T) {
 	for n := range valueNodes {
 		want[n]++
 	}
-	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8}, Reads: hotcount.ReadConfig{NoCache: true}})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 8}, Reads: hotcount.ReadConfig{NoCache: true}})
 	before := st.Stats()
 	got, err := c.GetMulti(ctx, append(keys, "a"))
 	if err != nil {
@@ -377,7 +377,7 @@ func TestGetMultiOneRoundPerNode(t *testing.T) {
 func TestClear(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{N: 4}})
+			c := newClient(t, b.open(t), hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}})
 			ctx := context.Background()
 			key := uniqueKey(t)
 			for range 20 {
@@ -426,7 +426,7 @@ func TestBadInput(t *testing.T) {
 	for _, b := range allBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			st := b.open(t)
-			c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 4}})
+			c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}})
 			ctx := context.Background()
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -454,7 +454,7 @@ func TestBadInput(t *testing.T) {
 
 func TestSumOverflowIsReported(t *testing.T) {
 	st, _ := mem.New(mem.Config{})
-	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
+	c := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2}, Reads: hotcount.ReadConfig{NoCache: true}})
 	ctx := context.Background()
 	_, read, _ := c.Labels(ctx, "k")
 	for _, l := range read {
@@ -469,14 +469,15 @@ func TestSumOverflowIsReported(t *testing.T) {
 
 func TestNamespaces(t *testing.T) {
 	c := newClient(t, mustMem(t), hotcount.Config{
-		Defaults: hotcount.Namespace{N: 4},
+		Defaults: hotcount.Namespace{NoColdStart: true, N: 4},
 		Namespaces: []hotcount.Namespace{
-			{Prefix: "likes:", N: 16},
-			{Prefix: "likes:post:", N: 32},
-			{Prefix: "views:"},
+			{Prefix: "likes:", N: 16, NoColdStart: true},
+			{Prefix: "likes:post:", N: 32, NoColdStart: true},
+			{Prefix: "views:", NoColdStart: true},
+			{Prefix: "cold:"},
 		},
 	})
-	for key, want := range map[string]int{"likes:user:1": 16, "likes:post:1": 32, "views:x": 4, "other": 4} {
+	for key, want := range map[string]int{"likes:user:1": 16, "likes:post:1": 32, "views:x": 4, "other": 4, "cold:1": 1} {
 		w, _, _ := c.Labels(context.Background(), key)
 		if got := len(w); got != want {
 			t.Errorf("%s: N = %d, want %d", key, got, want)
@@ -489,8 +490,8 @@ func TestConfigErrors(t *testing.T) {
 		name string
 		cfg  hotcount.Config
 	}{
-		{"negative N", hotcount.Config{Defaults: hotcount.Namespace{N: -1}}},
-		{"huge N", hotcount.Config{Defaults: hotcount.Namespace{N: keyspace.MaxN + 1}}},
+		{"negative N", hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: -1}}},
+		{"huge N", hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: keyspace.MaxN + 1}}},
 		{"negative TTL", hotcount.Config{Defaults: hotcount.Namespace{ReadCacheTTL: -time.Second}}},
 		{"negative timeout", hotcount.Config{Timeout: -1}},
 		{"bad redis address", hotcount.Config{Redis: hotcount.RedisConfig{Addrs: []string{"nohost"}}}},

@@ -92,14 +92,37 @@ func TestReadsCreateNoState(t *testing.T) {
 			t.Errorf("the cache has metadata of %s after reads: %s %v", keyspace.MetaKey(k), data, err)
 		}
 	}
-	// The first write creates the metadata, in both stores.
+	// A cold counter's first write creates its one key and no metadata.
 	if err := c.Incr(ctx, keys[0], 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.LoadMeta(ctx, keys[0]); err != nil {
+	if _, err := db.LoadMeta(ctx, keys[0]); !errors.Is(err, durable.ErrNotFound) {
+		t.Errorf("durable metadata of a cold counter: %v", err)
+	}
+	if _, ok, err := st.GetMeta(ctx, keys[0]); ok || err != nil {
+		t.Errorf("metadata of a cold counter in the cache: %v", err)
+	}
+	var total int64
+	for _, n := range dbsize() {
+		total += n
+	}
+	var before int64
+	for _, n := range after {
+		before += n
+	}
+	if total != before+1 {
+		t.Errorf("a cold counter's first write added %d keys, want 1", total-before)
+	}
+	// A counter of a namespace without cold start gets its labels pinned
+	// by its first write, in both stores.
+	warm := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 8, NoColdStart: true}, Durability: hotcount.DurabilityConfig{Store: db}})
+	if err := warm.Incr(ctx, keys[1], 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LoadMeta(ctx, keys[1]); err != nil {
 		t.Errorf("no durable metadata after the first write: %v", err)
 	}
-	if _, ok, err := st.GetMeta(ctx, keys[0]); !ok || err != nil {
+	if _, ok, err := st.GetMeta(ctx, keys[1]); !ok || err != nil {
 		t.Errorf("no metadata in the cache after the first write: %v", err)
 	}
 }

@@ -28,7 +28,7 @@ func TestAutoRebalanceAfterMigration(t *testing.T) {
 	}
 	defer st.Close()
 	c := newClient(t, st, hotcount.Config{
-		Defaults:  hotcount.Namespace{N: 3},
+		Defaults:  hotcount.Namespace{NoColdStart: true, N: 3},
 		Reads:     hotcount.ReadConfig{NoCache: true},
 		Meta:      hotcount.MetaConfig{TTL: 100 * time.Millisecond},
 		Rebalance: hotcount.RebalanceConfig{Auto: true, Check: 100 * time.Millisecond},

@@ -181,7 +181,7 @@ func TestReliabilityChild(t *testing.T) {
 	ctx := context.Background()
 	c, err := hotcount.New(ctx, hotcount.Config{
 		Redis:    hotcount.RedisConfig{Addrs: strings.Split(os.Getenv("HOTCOUNT_CHILD_REDIS"), ",")},
-		Defaults: hotcount.Namespace{N: childN, Buffered: true, FlushInterval: childInterval},
+		Defaults: hotcount.Namespace{NoColdStart: true, N: childN, Buffered: true, FlushInterval: childInterval},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func totals(t *testing.T, addrs []string, n int, keys []string) map[string]int64
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: addrs}, Defaults: hotcount.Namespace{N: n}, Reads: hotcount.ReadConfig{NoCache: true}})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: addrs}, Defaults: hotcount.Namespace{NoColdStart: true, N: n}, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestResizeUnderLoad(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
 				c := newClient(t, b.open(t), hotcount.Config{
-					Defaults: hotcount.Namespace{N: 4, Buffered: buffered, FlushInterval: 10 * time.Millisecond},
+					Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: buffered, FlushInterval: 10 * time.Millisecond},
 					Reads:    hotcount.ReadConfig{NoCache: true},
 					Meta:     hotcount.MetaConfig{TTL: 50 * time.Millisecond},
 				})

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,6 +29,10 @@ type backend interface {
 	calls(ctx context.Context, nodes []string) (map[string]calls, error)
 	// writes turns the call counts of an interval into cache writes.
 	writes(c calls) int64
+	// cpuSeconds returns the CPU time a node's server process has used
+	// (INFO cpu: used_cpu_user + used_cpu_sys); errNoCPU where the
+	// backend has no such figure.
+	cpuSeconds(ctx context.Context, node string) (float64, error)
 	// rawGet reads one key with one plain GET.
 	rawGet(ctx context.Context, key string) error
 	// kind is "redis" or "embedded".
@@ -67,19 +72,35 @@ func (b *redisBackend) open(ctx context.Context, cfg hotcount.Config) (*hotcount
 	return hotcount.New(ctx, cfg)
 }
 
+// info returns the INFO section of one node.
+func (b *redisBackend) info(ctx context.Context, node, section string) (string, error) {
+	c, ok := b.rc.Nodes()[node]
+	if !ok {
+		return "", fmt.Errorf("%w: no connection to primary %s", store.ErrUnavailable, node)
+	}
+	qctx, cancel := context.WithTimeout(ctx, statTimeout)
+	defer cancel()
+	s, err := c.Do(qctx, c.B().Info().Section(section).Build()).ToString()
+	if err != nil {
+		return "", fmt.Errorf("%w: INFO %s on %s: %w", store.ErrUnavailable, section, node, err)
+	}
+	return s, nil
+}
+
+func (b *redisBackend) cpuSeconds(ctx context.Context, node string) (float64, error) {
+	s, err := b.info(ctx, node, "cpu")
+	if err != nil {
+		return 0, err
+	}
+	return parseCPU(s)
+}
+
 func (b *redisBackend) calls(ctx context.Context, nodes []string) (map[string]calls, error) {
-	clients := b.rc.Nodes()
 	out := make(map[string]calls, len(nodes))
 	for _, n := range nodes {
-		c, ok := clients[n]
-		if !ok {
-			return nil, fmt.Errorf("%w: no connection to primary %s", store.ErrUnavailable, n)
-		}
-		qctx, cancel := context.WithTimeout(ctx, statTimeout)
-		s, err := c.Do(qctx, c.B().Info().Section("commandstats").Build()).ToString()
-		cancel()
+		s, err := b.info(ctx, n, "commandstats")
 		if err != nil {
-			return nil, fmt.Errorf("%w: INFO commandstats on %s: %w", store.ErrUnavailable, n, err)
+			return nil, err
 		}
 		all, err := parseCommandStats(s)
 		if err != nil {
@@ -130,12 +151,39 @@ func (b *memBackend) calls(_ context.Context, nodes []string) (map[string]calls,
 // increment's INCRBY apart.
 func (b *memBackend) writes(c calls) int64 { return c.incrby + c.evalsha + c.eval }
 
+func (b *memBackend) cpuSeconds(context.Context, string) (float64, error) { return 0, errNoCPU }
+
 func (b *memBackend) rawGet(ctx context.Context, key string) error {
 	_, err := b.st.Get(ctx, []string{key})
 	return err
 }
 
 func (b *memBackend) close() { _ = b.st.Close() }
+
+// errNoCPU: the backend does not report its nodes' CPU time.
+var errNoCPU = errors.New("bench: no CPU figures for the embedded store")
+
+// parseCPU returns used_cpu_user + used_cpu_sys from an INFO cpu reply.
+func parseCPU(s string) (float64, error) {
+	var total float64
+	found := 0
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return 0, fmt.Errorf("bench: bad %s %q in INFO cpu", k, v)
+		}
+		total += f
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("bench: INFO cpu lacks used_cpu_user or used_cpu_sys")
+	}
+	return total, nil
+}
 
 // calls are the call counts of the write commands of one node.
 type calls struct{ incrby, evalsha, eval int64 }

@@ -1,6 +1,7 @@
 // Package bench is the load tool behind `hotcount bench`: it drives one hot
 // counter from many independent client instances and measures what the
-// cache receives.
+// cache receives, and how much of an offered load each way of writing the
+// counter can absorb.
 //
 // # A run
 //
@@ -13,15 +14,11 @@
 //     for the cache that separate processes would share.
 //  2. The write-command counters of every primary are read (INFO
 //     commandstats on Redis, Stats on the embedded store).
-//  3. For Duration, each instance's Workers goroutines increment a fresh key
-//     (the Config's key with the mode and a run id appended, cleared first,
-//     so totals are checkable) at Rate/Procs increments per second each instance, or as
-//     fast as they can when Rate is 0. Each worker wakes at most once a
-//     pacing tick (10 ms) and issues every increment that has become due
-//     since, so a paced run costs few timer wake-ups and a worker that fell
-//     behind catches up. Meanwhile a sampler reads the counter every
-//     ReadEvery three ways: the summed read with the read cache, the summed
-//     read without it, and the N sub-keys fetched one GET at a time (the raw
+//  3. For Duration, the instances increment a fresh key (the Config's key
+//     with the mode and a run id appended, cleared first, so totals are
+//     checkable). Meanwhile a sampler reads the counter every ReadEvery
+//     three ways: the summed read with the read cache, the summed read
+//     without it, and the N sub-keys fetched one GET at a time (the raw
 //     cost an application would pay without grouping by node).
 //  4. The write counters are read again (the window's writes), every
 //     instance is closed (Close drains buffered deltas), the counters are
@@ -34,6 +31,37 @@
 // Modes map to client settings: single is N=1 unbuffered (the plain hot
 // key on one node); sharded is N sub-counters, unbuffered; buffered is N=1
 // with buffered deltas; combined is N sub-counters with buffered deltas.
+// With several values in Ns, sharded and combined run once per value.
+//
+// # Offered load
+//
+// With Rate 0 each instance's Workers goroutines increment as fast as they
+// can (closed loop: a slower cache makes a slower generator). With Rate R
+// the load is open-loop: a dispatcher schedules increment k at start + k/R
+// and hands it, round robin, to an instance's queue, from which that
+// instance's Workers issue it. The schedule does not wait for the cache,
+// so when the cache cannot keep up the queues grow and the time from an
+// increment's scheduled start to its acknowledgement (its latency, which
+// includes the wait in the queue) grows with them; a queue that is full
+// (maxBacklog) drops the increment, counted as dropped. Achieved is the
+// increments acknowledged within the window, per second; what was still
+// queued at the end is counted as unserved. Unbuffered open-loop runs use
+// enough workers that the generator, not the cache, is rarely the queue
+// (openInFlight callers over all instances, unless Workers says otherwise).
+//
+// # Calibration and utilisation
+//
+// With Calibrate set (and Redis seeds), Run first measures one node's
+// single-key ceiling with the bench's own client: Procs instances in
+// single mode, with the open-loop worker count, drive one key unpaced for
+// the Calibrate duration; increments acknowledged per second is the
+// ceiling (rueidis pipelines the concurrent calls, so this is the ceiling
+// that matters, not that of one unpipelined connection). The node's own
+// CPU use (INFO cpu) over the same time is reported beside it, so one can
+// see whether the node or the generator was the limit. Each run then
+// reports every node's writes per second and its utilisation: those writes
+// over the ceiling. Flush scripts (EVALSHA) cost a node more than a plain
+// INCRBY, so a buffered mode's utilisation is a lower bound.
 //
 // # Counting cache writes
 //
@@ -52,17 +80,18 @@
 //
 // # Comparing
 //
-// With several modes the modes run alternately, in Rounds rounds of
+// With several modes (or Ns) the runs alternate, in Rounds rounds of
 // Duration/Rounds each (single, sharded, buffered, combined, single, ...),
-// so slow drift of the machine affects them alike. A mode writes the same
+// so slow drift of the machine affects them alike. A run writes the same
 // key in every round, so its writes land on the same nodes each time; its
-// rounds are summed into one Result. Ratios compare each mode with single (or the first
-// mode when single is not among them).
+// rounds are summed into one Result. Ratios compare each run with single
+// (or the first run when single is not among them).
 package bench
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -112,10 +141,18 @@ const (
 	MaxProcs = 10_000
 	// MaxWorkers bounds Workers.
 	MaxWorkers = 256
+	// DefaultCalibrate is how long the calibration step of the command
+	// line drives one node (the library's zero Calibrate skips it).
+	DefaultCalibrate = 3 * time.Second
+	// openInFlight is the number of unbuffered callers an open-loop run or
+	// a calibration spreads over the instances when Workers is 0. A capped
+	// node is throttled for most of each CFS period; callers must be many
+	// enough to keep a backlog at every node across that pause.
+	openInFlight = 2048
+	// maxBacklog bounds the queue of scheduled increments of one instance.
+	maxBacklog = 1 << 16
 	// minSegment is the shortest load window of one round.
 	minSegment = 100 * time.Millisecond
-	// pacingTick is the longest a paced worker sleeps between checks.
-	pacingTick = 10 * time.Millisecond
 )
 
 // ErrConfig is wrapped by Run for an invalid Config.
@@ -139,11 +176,24 @@ type Config struct {
 	// N is the sub-counter count of sharded and combined; 0 means
 	// DefaultN. Single and buffered always use 1.
 	N int
+	// Ns, when it has several values, runs sharded and combined once per
+	// value (N is then ignored), e.g. 1, 2, 4, 8 for a chart of the
+	// achieved rate against N.
+	Ns []int
 	// Procs is the number of client instances; 0 means DefaultProcs.
 	Procs int
-	// Rate is the total increments per second over all instances; 0 means
-	// as fast as they can.
+	// Rate is the total increments per second over all instances, offered
+	// open-loop (see the package documentation); 0 means as fast as they
+	// can, closed-loop.
 	Rate float64
+	// RateCeilings, when positive, sets Rate to this multiple of the
+	// calibrated ceiling (4 offers four times what one node took); it
+	// needs Calibrate and excludes Rate.
+	RateCeilings float64
+	// Calibrate, when positive, first measures one node's single-key
+	// ceiling for this long (Redis only); utilisation is reported against
+	// it. Zero skips the calibration.
+	Calibrate time.Duration
 	// Duration is how long each mode is driven (split over the rounds); 0
 	// means DefaultDuration.
 	Duration time.Duration
@@ -153,8 +203,10 @@ type Config struct {
 	// Rounds is how many rounds the modes alternate in; 0 means 1 for one
 	// mode and DefaultCompareRounds for several.
 	Rounds int
-	// Workers is the number of goroutines per instance; 0 means
-	// DefaultWorkers for unbuffered modes and 1 for buffered ones.
+	// Workers is the number of goroutines per instance; 0 means 1 for
+	// buffered modes, and for unbuffered ones DefaultWorkers, or in
+	// open-loop runs and the calibration enough for openInFlight callers
+	// over all instances.
 	Workers int
 	// ReadEvery is the read sampler's period; 0 means DefaultReadEvery.
 	ReadEvery time.Duration
@@ -186,7 +238,15 @@ type Progress struct {
 // settings is a validated copy of Config with defaults applied.
 type settings struct {
 	Config
-	segment time.Duration // load window of one round
+	segment  time.Duration // load window of one round
+	variants []variant     // the runs, in the order each round drives them
+	sweep    bool          // sharded and combined run at several N
+}
+
+// variant is one run: a mode at one sub-counter count.
+type variant struct {
+	mode Mode
+	n    int
 }
 
 // ParseModes parses a comma-separated list of modes.
@@ -223,14 +283,6 @@ func (m Mode) valid() bool {
 
 // buffered reports whether the mode buffers deltas.
 func (m Mode) buffered() bool { return m == Buffered || m == Combined }
-
-// n returns the sub-counter count of the mode.
-func (m Mode) n(n int) int {
-	if m == Sharded || m == Combined {
-		return n
-	}
-	return 1
-}
 
 // Validate reports whether Run would accept c; the error wraps ErrConfig.
 func (c Config) Validate() error {
@@ -269,6 +321,32 @@ func (c Config) validate(now time.Time) (settings, error) {
 	if s.N < 1 || s.N > keyspace.MaxN {
 		return bad("N must be 1..%d, got %d", keyspace.MaxN, c.N)
 	}
+	s.Ns = append([]int(nil), c.Ns...)
+	for i, n := range s.Ns {
+		if n < 1 || n > keyspace.MaxN {
+			return bad("N must be 1..%d, got %d", keyspace.MaxN, n)
+		}
+		if slices.Contains(s.Ns[:i], n) {
+			return bad("N %d listed twice", n)
+		}
+	}
+	switch len(s.Ns) {
+	case 0:
+		s.Ns = []int{s.N}
+	case 1:
+		s.N = s.Ns[0]
+	default:
+		s.sweep = true
+	}
+	for _, m := range s.Modes {
+		if m == Sharded || m == Combined {
+			for _, n := range s.Ns {
+				s.variants = append(s.variants, variant{m, n})
+			}
+		} else {
+			s.variants = append(s.variants, variant{m, 1})
+		}
+	}
 	if s.Procs == 0 {
 		s.Procs = DefaultProcs
 	}
@@ -277,6 +355,14 @@ func (c Config) validate(now time.Time) (settings, error) {
 	}
 	if s.Rate < 0 || s.Rate != s.Rate {
 		return bad("rate must not be negative, got %v", c.Rate)
+	}
+	switch {
+	case s.RateCeilings < 0 || s.RateCeilings != s.RateCeilings:
+		return bad("rate in ceilings must not be negative, got %v", c.RateCeilings)
+	case s.RateCeilings > 0 && s.Rate > 0:
+		return bad("give a rate or a rate in ceilings, not both")
+	case s.RateCeilings > 0 && s.Calibrate <= 0:
+		return bad("a rate in ceilings needs the calibration")
 	}
 	if s.Duration == 0 {
 		s.Duration = DefaultDuration
@@ -287,9 +373,12 @@ func (c Config) validate(now time.Time) (settings, error) {
 	if s.Flush < 0 {
 		return bad("flush interval must be positive, got %v", c.Flush)
 	}
+	if s.Calibrate < 0 {
+		return bad("calibration time must not be negative, got %v", c.Calibrate)
+	}
 	if s.Rounds == 0 {
 		s.Rounds = 1
-		if len(s.Modes) > 1 {
+		if len(s.variants) > 1 {
 			s.Rounds = DefaultCompareRounds
 		}
 	}
@@ -316,7 +405,12 @@ func (c Config) validate(now time.Time) (settings, error) {
 		s.RunID = strconv.FormatInt(now.UnixMilli(), 36)
 	}
 	s.Redis = append([]string(nil), c.Redis...)
-	if err := hotcount.ValidateKey(s.runKey(Combined)); err != nil {
+	for _, v := range append(s.variants, variant{Single, 1}) {
+		if err := hotcount.ValidateKey(s.runKey(v)); err != nil {
+			return bad("key with its run suffix: %v", err)
+		}
+	}
+	if err := hotcount.ValidateKey(s.calibrationKey()); err != nil {
 		return bad("key with its run suffix: %v", err)
 	}
 	return s, nil
@@ -329,11 +423,38 @@ func (s *settings) workers(m Mode) int {
 		return s.Workers
 	case m.buffered():
 		return 1
+	case s.Rate > 0:
+		return s.openWorkers()
 	}
 	return DefaultWorkers
 }
 
-// runKey returns the key written by mode m.
-func (s *settings) runKey(m Mode) string {
-	return s.Key + ":" + string(m) + ":" + s.RunID
+// openWorkers returns the unbuffered workers per instance of an open-loop
+// run or a calibration: openInFlight callers over all instances.
+func (s *settings) openWorkers() int {
+	if s.Workers > 0 {
+		return s.Workers
+	}
+	return min(MaxWorkers, max(DefaultWorkers, (openInFlight+s.Procs-1)/s.Procs))
+}
+
+// runKey returns the key written by run v.
+func (s *settings) runKey(v variant) string {
+	if s.sweep && (v.mode == Sharded || v.mode == Combined) {
+		return s.Key + ":" + string(v.mode) + "-n" + strconv.Itoa(v.n) + ":" + s.RunID
+	}
+	return s.Key + ":" + string(v.mode) + ":" + s.RunID
+}
+
+// calibrationKey returns the key the calibration writes.
+func (s *settings) calibrationKey() string {
+	return s.Key + ":calibrate:" + s.RunID
+}
+
+// label names run v in reports: the mode, with its N in a sweep.
+func (s *settings) label(v variant) string {
+	if s.sweep && (v.mode == Sharded || v.mode == Combined) {
+		return string(v.mode) + " n=" + strconv.Itoa(v.n)
+	}
+	return string(v.mode)
 }

@@ -21,10 +21,14 @@ const (
 
 // instance is one client instance and what it achieved.
 type instance struct {
-	c      *hotcount.Client
-	sent   atomic.Int64
-	errors atomic.Int64
-	last   atomic.Value // error: the last Incr error
+	c        *hotcount.Client
+	sent     atomic.Int64 // acknowledged increments
+	achieved atomic.Int64 // of those, acknowledged within the window
+	errors   atomic.Int64
+	dropped  atomic.Int64 // scheduled but refused by a full queue
+	unserved atomic.Int64 // scheduled but still queued when the window ended
+	last     atomic.Value // error: the last Incr error
+	lat      hist         // scheduled (or actual) start to acknowledgement
 }
 
 // openInstances opens p clients of cfg concurrently. On error the ones
@@ -75,95 +79,151 @@ func forEach(n int, f func(int)) {
 	wg.Wait()
 }
 
-// drive increments key from every instance for window, rate increments per
-// second in total (0: unpaced), with w workers per instance. It returns
-// the time from the start until the last increment returned.
+// latencyEvery is how often a closed-loop worker times an increment: one
+// in latencyEvery, so that timing does not slow a buffered Incr (a few
+// nanoseconds) several times over.
+const latencyEvery = 16
+
+// drive increments key from every instance for window: open-loop at rate
+// increments per second in total, or closed-loop as fast as they can when
+// rate is 0, with w workers per instance. It returns the time from the
+// start until the last increment returned.
 func drive(ctx context.Context, ins []*instance, key string, rate float64, window time.Duration, w int) time.Duration {
 	start := time.Now()
 	end := start.Add(window)
-	per := rate / float64(len(ins)*w) // increments per second of one worker
 	var wg sync.WaitGroup
-	for _, in := range ins {
-		for range w {
-			wg.Go(func() { work(ctx, in, key, start, end, per) })
+	if rate <= 0 {
+		for _, in := range ins {
+			for range w {
+				wg.Go(func() { in.closedLoop(ctx, key, end) })
+			}
 		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	queues := make([]chan time.Duration, len(ins))
+	for i, in := range ins {
+		queues[i] = make(chan time.Duration, maxBacklog)
+		for range w {
+			wg.Go(func() { in.serve(ctx, key, queues[i], start, end) })
+		}
+	}
+	dispatch(ctx, ins, queues, rate, start, end)
+	for _, q := range queues {
+		close(q)
 	}
 	wg.Wait()
 	return time.Since(start)
 }
 
-// work is one worker: it increments key until end, per increments per
-// second (0: as fast as it can). A paced worker sleeps until its next
-// increment is due, at least pacingTick, and then issues every increment
-// due by now, so it catches up after falling behind.
-func work(ctx context.Context, in *instance, key string, start, end time.Time, per float64) {
-	var done int64
-	for ctx.Err() == nil {
-		now := time.Now()
-		if !now.Before(end) {
-			// Send what fell due during the last tick; a worker that fell
-			// further behind leaves its backlog unsent.
-			if due := int64(end.Sub(start).Seconds() * per); per > 0 && due-done <= int64(per*pacingTick.Seconds())+1 {
-				for ; done < due && ctx.Err() == nil; done++ {
-					in.incr(ctx, key)
-				}
+// dispatch schedules increment k at start + k/rate until end, handing
+// each, when it falls due, to the next instance's queue (round robin); a
+// full queue drops it. It wakes every millisecond and never waits for the
+// cache: that is what makes the load open-loop.
+func dispatch(ctx context.Context, ins []*instance, queues []chan time.Duration, rate float64, start, end time.Time) {
+	total := int64(end.Sub(start).Seconds() * rate)
+	var next int64
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for next < total {
+		due := min(total, int64(time.Since(start).Seconds()*rate)+1)
+		for ; next < due; next++ {
+			i := next % int64(len(queues))
+			at := time.Duration(float64(next) / rate * float64(time.Second))
+			select {
+			case queues[i] <- at:
+			default:
+				ins[i].dropped.Add(1)
 			}
+		}
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
 		}
-		if per > 0 {
-			due := int64(now.Sub(start).Seconds() * per)
-			if due <= done {
-				next := start.Add(time.Duration(float64(done+1) / per * float64(time.Second)))
-				if wait := max(time.Until(next), pacingTick); wait > 0 {
-					if !sleep(ctx, min(wait, time.Until(end))) {
-						return
-					}
-				}
-				continue
-			}
-			for ; done < due && ctx.Err() == nil; done++ {
-				in.incr(ctx, key)
-			}
-			continue
-		}
-		in.incr(ctx, key)
 	}
 }
 
-func (in *instance) incr(ctx context.Context, key string) {
-	if err := in.c.Incr(ctx, key, 1); err != nil {
+// serve is one open-loop worker: it issues the increments of its
+// instance's queue, each timed from its scheduled start, until the queue
+// is closed. Increments still queued after end are counted as unserved.
+func (in *instance) serve(ctx context.Context, key string, q <-chan time.Duration, start, end time.Time) {
+	for at := range q {
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			in.unserved.Add(1)
+			continue
+		}
+		in.incr(ctx, key, start.Add(at), end)
+	}
+}
+
+// closedLoop is one unpaced worker: it increments key until end, as fast
+// as the cache answers, timing one increment in latencyEvery.
+func (in *instance) closedLoop(ctx context.Context, key string, end time.Time) {
+	for i := 0; ctx.Err() == nil; i++ {
+		if i%latencyEvery == 0 {
+			now := time.Now()
+			if !now.Before(end) {
+				return
+			}
+			in.incr(ctx, key, now, end)
+			continue
+		}
+		if err := in.c.Incr(ctx, key, 1); err != nil {
+			in.errors.Add(1)
+			in.last.Store(err)
+			continue
+		}
+		in.sent.Add(1)
+		in.achieved.Add(1) // the window's end is checked every latencyEvery calls
+	}
+}
+
+// incr increments key once and records its latency from start.
+func (in *instance) incr(ctx context.Context, key string, start, end time.Time) {
+	err := in.c.Incr(ctx, key, 1)
+	done := time.Now()
+	if err != nil {
 		in.errors.Add(1)
 		in.last.Store(err)
 		return
 	}
 	in.sent.Add(1)
+	if !done.After(end) {
+		in.achieved.Add(1)
+	}
+	in.lat.add(done.Sub(start))
 }
 
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+// tally is what the instances of a window achieved together.
+type tally struct {
+	sent, achieved, failed, dropped, unserved int64
+	lastErr                                   error
 }
 
 // sum adds the instances' counts.
-func sum(ins []*instance) (sent, failed int64, last error) {
+func sum(ins []*instance) tally {
+	var t tally
 	for _, in := range ins {
-		sent += in.sent.Load()
-		failed += in.errors.Load()
+		t.sent += in.sent.Load()
+		t.achieved += in.achieved.Load()
+		t.failed += in.errors.Load()
+		t.dropped += in.dropped.Load()
+		t.unserved += in.unserved.Load()
 		if e, ok := in.last.Load().(error); ok {
-			last = e
+			t.lastErr = e
 		}
 	}
-	return sent, failed, last
+	return t
+}
+
+// latencies merges the instances' latency histograms.
+func latencies(ins []*instance) *hist {
+	h := new(hist)
+	for _, in := range ins {
+		h.merge(&in.lat)
+	}
+	return h
 }
 
 // watch calls f about four times a second with the window's progress,
@@ -177,8 +237,7 @@ func watch(ins []*instance, window time.Duration, stop <-chan struct{}, f func(e
 		case <-stop:
 			return
 		case <-t.C:
-			s, _, _ := sum(ins)
-			f(min(time.Since(start), window), s)
+			f(min(time.Since(start), window), sum(ins).sent)
 		}
 	}
 }
@@ -187,8 +246,8 @@ func watch(ins []*instance, window time.Duration, stop <-chan struct{}, f func(e
 type round struct {
 	key            string
 	base, total    int64 // the key's value before and after the round
-	sent, failed   int64
-	lastErr        error
+	tally                // what the instances achieved
+	lat            *hist // latency of the increments
 	elapsed        time.Duration
 	window, drain  map[string]int64 // writes by node
 	reads          readSamples
@@ -199,21 +258,20 @@ type round struct {
 	readErrExample error
 }
 
-// runRound drives mode m for one window on its key and checks that the
+// runRound drives run v for one window on its key and checks that the
 // total grew from base by the acknowledged increments. In the first round
-// (base 0) the key is cleared first. step and steps are for Progress.
-func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, step, steps int) (*round, error) {
-	key := s.runKey(m)
-	n := m.n(s.N)
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+// the key is cleared first. step and steps are for Progress.
+func runRound(ctx context.Context, s *settings, b backend, v variant, base int64, step, steps int) (*round, error) {
+	key, m, n := s.runKey(v), v.mode, v.n
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
-	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
+	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +296,7 @@ func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, s
 	for _, sk := range subs {
 		out.labelsByNode[topo.NodeOf(sk)]++
 	}
-	if step <= len(s.Modes) {
+	if step <= len(s.variants) {
 		if err := checker.Clear(ctx, key); err != nil {
 			return nil, fmt.Errorf("clearing %q before the run: %w", key, err)
 		}
@@ -269,7 +327,7 @@ func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, s
 	out.elapsed = drive(ctx, ins, key, s.Rate, s.segment, s.workers(m))
 	close(stop)
 	bg.Wait()
-	out.sent, out.failed, out.lastErr = sum(ins)
+	out.tally, out.lat = sum(ins), latencies(ins)
 
 	// The counters are read with a fresh context: a cancelled run still
 	// drains and reports what it did.
@@ -296,18 +354,18 @@ func runRound(ctx context.Context, s *settings, b backend, m Mode, base int64, s
 	return out, nil
 }
 
-// clearKeys deletes the counters that the modes wrote, and their metadata
+// clearKeys deletes the counters that the runs wrote, and their metadata
 // records: benchmark keys are not reused.
-func clearKeys(s *settings, b backend, modes []Mode) error {
+func clearKeys(s *settings, b backend, runs []variant) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	var errs []error
-	for _, m := range modes {
-		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: m.n(s.N)}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	for _, v := range runs {
+		c, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: v.n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 		if err != nil {
 			return err
 		}
-		key := s.runKey(m)
+		key := s.runKey(v)
 		if err := c.Clear(ctx, key); err != nil {
 			errs = append(errs, err)
 		} else if err := c.Store().Del(ctx, []string{keyspace.MetaKey(key)}); err != nil {

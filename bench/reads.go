@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -23,49 +24,63 @@ func (r *readSamples) merge(o readSamples) {
 	r.raw = append(r.raw, o.raw...)
 }
 
-// sampleReads reads key every period until stop is closed: a summed read
-// through reader (with its read cache), one through checker (no cache),
-// and the sub-keys one GET at a time. It returns the latencies of the
-// reads that succeeded, the number that failed and one failure.
+// sampleReads reads key every period until stop is closed, three ways,
+// each in its own goroutine so that a slow kind does not space out the
+// others (a cached read sampled less often than the cache's TTL would
+// always miss): a summed read through reader (with its read cache), one
+// through checker (no cache), and the sub-keys one GET at a time. It
+// returns the latencies of the reads that succeeded, the number that
+// failed and one failure.
 func sampleReads(ctx context.Context, b backend, reader, checker *hotcount.Client, key string, subs []string, period time.Duration, stop <-chan struct{}) (readSamples, int, error) {
 	var out readSamples
+	var mu sync.Mutex
 	var failed int
 	var example error
-	note := func(dst *[]time.Duration, start time.Time, err error) {
-		if err != nil {
-			failed++
-			example = err
-			return
-		}
-		*dst = append(*dst, time.Since(start))
-	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return out, failed, example
-		case <-ctx.Done():
-			return out, failed, example
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, readTimeout)
-		start := time.Now()
-		_, err := reader.Get(rctx, key)
-		note(&out.cached, start, err)
-		start = time.Now()
-		_, err = checker.Get(rctx, key)
-		note(&out.uncached, start, err)
-		start = time.Now()
-		err = nil
-		for _, sk := range subs {
-			if err = b.rawGet(rctx, sk); err != nil {
-				break
+	sample := func(dst *[]time.Duration, read func(context.Context) error) {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
 			}
+			rctx, cancel := context.WithTimeout(ctx, readTimeout)
+			start := time.Now()
+			err := read(rctx)
+			d := time.Since(start)
+			cancel()
+			mu.Lock()
+			if err != nil {
+				failed++
+				example = err
+			} else {
+				*dst = append(*dst, d)
+			}
+			mu.Unlock()
 		}
-		note(&out.raw, start, err)
-		cancel()
 	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		sample(&out.cached, func(ctx context.Context) error { _, err := reader.Get(ctx, key); return err })
+	})
+	wg.Go(func() {
+		sample(&out.uncached, func(ctx context.Context) error { _, err := checker.Get(ctx, key); return err })
+	})
+	wg.Go(func() {
+		sample(&out.raw, func(ctx context.Context) error {
+			for _, sk := range subs {
+				if err := b.rawGet(ctx, sk); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	wg.Wait()
+	return out, failed, example
 }
 
 // Latency summarises one kind of read.

@@ -16,18 +16,27 @@ type Report struct {
 	Backend string `json:"backend"`
 	// Primaries are the nodes whose writes were counted.
 	Primaries []string `json:"primaries"`
-	// Rounds is how many rounds each mode ran in.
+	// Rounds is how many rounds each run was split into.
 	Rounds int `json:"rounds"`
-	// Runs holds one entry per mode, its rounds summed.
+	// OfferedPerSec is the offered rate (Config.Rate); 0 for unpaced runs.
+	OfferedPerSec float64 `json:"offered_per_sec"`
+	// Calibration is one node's ceiling; nil without Config.Calibrate.
+	Calibration *Calibration `json:"calibration,omitempty"`
+	// Runs holds one entry per run (mode, and N in a sweep), its rounds
+	// summed.
 	Runs []Result `json:"runs"`
-	// RatioBase is the mode the ratios compare with; empty with one mode.
-	RatioBase Mode `json:"ratio_base,omitempty"`
-	// Ratios compares each mode with RatioBase; nil with one mode.
-	Ratios map[Mode]Ratio `json:"ratios,omitempty"`
+	// RatioBase is the label of the run the ratios compare with; empty
+	// with one run.
+	RatioBase string `json:"ratio_base,omitempty"`
+	// Ratios compares each run, by label, with RatioBase; nil with one
+	// run.
+	Ratios map[string]Ratio `json:"ratios,omitempty"`
 }
 
-// Result is what one mode achieved over its rounds.
+// Result is what one run achieved over its rounds.
 type Result struct {
+	// Label names the run: the mode, followed by " n=N" in a sweep.
+	Label string `json:"label"`
 	// Mode, N, Procs, Workers and TargetRate (0: unpaced) describe the load.
 	Mode       Mode    `json:"mode"`
 	N          int     `json:"n"`
@@ -48,6 +57,22 @@ type Result struct {
 	Exact bool  `json:"exact"`
 	// IncrPerSec is Sent / Seconds.
 	IncrPerSec float64 `json:"incr_per_sec"`
+	// OfferedPerSec is the open-loop rate offered (TargetRate); 0 when
+	// unpaced.
+	OfferedPerSec float64 `json:"offered_per_sec"`
+	// AchievedPerSec counts the increments acknowledged within the load
+	// windows, per second of window.
+	AchievedPerSec float64 `json:"achieved_per_sec"`
+	// Achieved is AchievedPerSec / OfferedPerSec (0 when unpaced).
+	Achieved float64 `json:"achieved"`
+	// Dropped counts increments scheduled while their queue was full;
+	// Unserved those still queued when a window ended. Neither was sent.
+	Dropped  int64 `json:"dropped"`
+	Unserved int64 `json:"unserved"`
+	// Latency is the time from each increment's scheduled start (its
+	// actual start when unpaced) to its acknowledgement; open-loop, it
+	// includes the wait in the queue.
+	Latency Latency `json:"latency"`
 	// CacheWrites counts write commands received by the primaries during
 	// the load windows and the closes that followed; DrainWrites is the
 	// part sent by the closes.
@@ -59,6 +84,13 @@ type Result struct {
 	CacheWritesPerIncr float64 `json:"cache_writes_per_incr"`
 	// WritesByNode splits CacheWrites by primary.
 	WritesByNode map[string]int64 `json:"writes_by_node"`
+	// NodeWritesPerSec is each primary's write rate during the windows.
+	NodeWritesPerSec map[string]float64 `json:"node_writes_per_sec"`
+	// NodeUtilisation is each primary's write rate over the calibrated
+	// ceiling; nil without a calibration.
+	NodeUtilisation map[string]float64 `json:"node_utilisation,omitempty"`
+	// MaxNodeUtilisation is the largest of NodeUtilisation.
+	MaxNodeUtilisation float64 `json:"max_node_utilisation,omitempty"`
 	// MaxNodeShare is the largest node's part of CacheWrites.
 	MaxNodeShare float64 `json:"max_node_share"`
 	// IdealNodeShare is 1/primaries: the share of a write load spread
@@ -77,33 +109,45 @@ type Result struct {
 	ReadCached   Latency `json:"read_cached"`
 	ReadUncached Latency `json:"read_uncached"`
 	ReadRaw      Latency `json:"read_raw"`
+	// CachedVsUncached is ReadCached's p50 over ReadUncached's, both
+	// sampled in the same loop (0 without samples).
+	CachedVsUncached float64 `json:"cached_vs_uncached"`
 	// ReadErrors counts sampled reads that failed.
 	ReadErrors int `json:"read_errors"`
 	// Problems lists errors seen (last Incr error, close errors, ...).
 	Problems []string `json:"problems,omitempty"`
 }
 
-// Ratio compares a mode with the base mode: the mode's figure divided by
+// Ratio compares a run with the base run: the run's figure divided by
 // the base's.
 type Ratio struct {
 	IncrPerSec         float64 `json:"incr_per_sec"`
+	AchievedPerSec     float64 `json:"achieved_per_sec"`
 	CacheWritesPerIncr float64 `json:"cache_writes_per_incr"`
 	MaxNodeShare       float64 `json:"max_node_share"`
 }
 
-// aggregate sums the rounds of one mode into a Run.
-func aggregate(s *settings, m Mode, rs []*round) Result {
+// aggregate sums the rounds of run v into a Result; cal, when set, is
+// the ceiling utilisation is measured against.
+func aggregate(s *settings, v variant, rs []*round, cal *Calibration) Result {
+	m := v.mode
 	run := Result{
-		Mode: m, N: m.n(s.N), Procs: s.Procs, Workers: s.workers(m), TargetRate: s.Rate,
-		Exact: true, WritesByNode: map[string]int64{},
+		Label: s.label(v), Mode: m, N: v.n, Procs: s.Procs, Workers: s.workers(m), TargetRate: s.Rate,
+		OfferedPerSec: s.Rate, Exact: true, WritesByNode: map[string]int64{},
 	}
 	var elapsed time.Duration
-	var windowWrites int64
+	var windowWrites, achieved int64
+	windowByNode := map[string]int64{}
 	var reads readSamples
+	lat := new(hist)
 	for _, r := range rs {
 		run.Key = r.key
 		run.Sent += r.sent
 		run.Errors += r.failed
+		run.Dropped += r.dropped
+		run.Unserved += r.unserved
+		achieved += r.achieved
+		lat.merge(r.lat)
 		run.Total = r.total
 		if r.total-r.base != r.sent {
 			run.Exact = false
@@ -111,6 +155,7 @@ func aggregate(s *settings, m Mode, rs []*round) Result {
 		elapsed += r.elapsed
 		for n, v := range r.window {
 			run.WritesByNode[n] += v
+			windowByNode[n] += v
 			windowWrites += v
 		}
 		for n, v := range r.drain {
@@ -131,12 +176,34 @@ func aggregate(s *settings, m Mode, rs []*round) Result {
 	}
 	run.CacheWrites = windowWrites + run.DrainWrites
 	run.Seconds = elapsed.Seconds()
+	window := s.segment.Seconds() * float64(len(rs))
 	if run.Seconds > 0 {
 		run.IncrPerSec = float64(run.Sent) / run.Seconds
 		run.CacheWritesPerSec = float64(windowWrites) / run.Seconds
 	}
+	if window > 0 {
+		run.AchievedPerSec = float64(achieved) / window
+	}
+	if s.Rate > 0 {
+		run.Achieved = div(run.AchievedPerSec, s.Rate)
+	}
+	run.Latency = lat.latency()
 	if run.Sent > 0 {
 		run.CacheWritesPerIncr = float64(run.CacheWrites) / float64(run.Sent)
+	}
+	run.NodeWritesPerSec = map[string]float64{}
+	if cal != nil && cal.IncrPerSec > 0 {
+		run.NodeUtilisation = map[string]float64{}
+	}
+	for n, w := range windowByNode {
+		if run.Seconds > 0 {
+			run.NodeWritesPerSec[n] = float64(w) / run.Seconds
+		}
+		if run.NodeUtilisation != nil {
+			u := div(run.NodeWritesPerSec[n], cal.IncrPerSec)
+			run.NodeUtilisation[n] = u
+			run.MaxNodeUtilisation = max(run.MaxNodeUtilisation, u)
+		}
 	}
 	var top int64
 	for _, v := range run.WritesByNode {
@@ -157,12 +224,15 @@ func aggregate(s *settings, m Mode, rs []*round) Result {
 	run.ReadCached = latency(reads.cached)
 	run.ReadUncached = latency(reads.uncached)
 	run.ReadRaw = latency(reads.raw)
+	if run.ReadCached.Samples > 0 && run.ReadUncached.P50Ms > 0 {
+		run.CachedVsUncached = div(run.ReadCached.P50Ms, run.ReadUncached.P50Ms)
+	}
 	return run
 }
 
 // ratios compares every run with the base run (single when present, else
 // the first).
-func ratios(runs []Result) (Mode, map[Mode]Ratio) {
+func ratios(runs []Result) (string, map[string]Ratio) {
 	if len(runs) < 2 {
 		return "", nil
 	}
@@ -172,15 +242,24 @@ func ratios(runs []Result) (Mode, map[Mode]Ratio) {
 			base = r
 		}
 	}
-	out := make(map[Mode]Ratio, len(runs))
+	out := make(map[string]Ratio, len(runs))
 	for _, r := range runs {
-		out[r.Mode] = Ratio{
+		out[r.label()] = Ratio{
 			IncrPerSec:         div(r.IncrPerSec, base.IncrPerSec),
+			AchievedPerSec:     div(r.AchievedPerSec, base.AchievedPerSec),
 			CacheWritesPerIncr: div(r.CacheWritesPerIncr, base.CacheWritesPerIncr),
 			MaxNodeShare:       div(r.MaxNodeShare, base.MaxNodeShare),
 		}
 	}
-	return base.Mode, out
+	return base.label(), out
+}
+
+// label returns r.Label, or the mode for a Result built without one.
+func (r *Result) label() string {
+	if r.Label != "" {
+		return r.Label
+	}
+	return string(r.Mode)
 }
 
 // div returns a/b to 4 significant digits, or 0 when b is 0 (JSON has no
@@ -193,44 +272,93 @@ func div(a, b float64) float64 {
 	return f
 }
 
-// WriteText prints the report as a table.
+// WriteText prints the report as tables.
 func (r *Report) WriteText(w io.Writer) error {
+	if c := r.Calibration; c != nil {
+		fmt.Fprintf(w, "calibration: one node (%s) took %.0f single-key INCR/s from %d×%d callers, unpaced, in %.1f s (latency p50/p99 %s ms; node CPU %.1f%% of one core)\n\n",
+			c.Node, c.IncrPerSec, c.Procs, c.Workers, c.Seconds, lat(c.Latency), 100*c.NodeCPU)
+	}
+	paced := r.OfferedPerSec > 0
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tn\tprocs\tincr/s\tsent\ttotal\texact\twrites/s\twrites/incr\tmax node\tideal\tplaced\tcached p50/p99 ms\tuncached p50/p99 ms\traw p50/p99 ms\t\n")
+	head := "mode\tn\tprocs\t"
+	if paced {
+		head += "offered/s\tachieved/s\tachieved\t"
+	} else {
+		head += "incr/s\t"
+	}
+	head += "incr p50/p99 ms\texact\twrites/s\twrites/incr\tmax node share\tideal\tplaced\t"
+	if r.Calibration != nil {
+		head += "max node util\t"
+	}
+	head += "cached p50/p99 ms\tuncached p50/p99 ms\traw p50/p99 ms\t\n"
+	fmt.Fprint(tw, head)
 	for _, run := range r.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%d\t%d\t%v\t%.1f\t%.3g\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t\n",
-			run.Mode, run.N, run.Procs, run.IncrPerSec, run.Sent, run.Total, run.Exact,
-			run.CacheWritesPerSec, run.CacheWritesPerIncr, run.MaxNodeShare, run.IdealNodeShare,
-			run.PlacementNodeShare, lat(run.ReadCached), lat(run.ReadUncached), lat(run.ReadRaw))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t", run.Mode, run.N, run.Procs)
+		if paced {
+			fmt.Fprintf(tw, "%.0f\t%.0f\t%.1f%%\t", run.OfferedPerSec, run.AchievedPerSec, 100*run.Achieved)
+		} else {
+			fmt.Fprintf(tw, "%.0f\t", run.IncrPerSec)
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%.1f\t%.3g\t%.3f\t%.3f\t%.3f\t", lat(run.Latency), run.Exact,
+			run.CacheWritesPerSec, run.CacheWritesPerIncr, run.MaxNodeShare, run.IdealNodeShare, run.PlacementNodeShare)
+		if r.Calibration != nil {
+			fmt.Fprintf(tw, "%.0f%%\t", 100*run.MaxNodeUtilisation)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", lat(run.ReadCached), lat(run.ReadUncached), lat(run.ReadRaw))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w)
 	for _, run := range r.Runs {
-		fmt.Fprintf(w, "%s: writes by node %s", run.Mode, nodeList(run.WritesByNode))
+		fmt.Fprintf(w, "%s: writes by node %s", run.label(), nodeList(run.WritesByNode, run.NodeWritesPerSec, run.NodeUtilisation))
 		if run.DrainWrites > 0 {
 			fmt.Fprintf(w, " (%d sent by Close)", run.DrainWrites)
 		}
 		fmt.Fprintln(w)
+		if run.Dropped > 0 || run.Unserved > 0 {
+			fmt.Fprintf(w, "%s: %d increments dropped (queue full), %d still queued at the end of a window\n", run.label(), run.Dropped, run.Unserved)
+		}
 		for _, p := range run.Problems {
-			fmt.Fprintf(w, "%s: %s\n", run.Mode, p)
+			fmt.Fprintf(w, "%s: %s\n", run.label(), p)
+		}
+	}
+	for _, run := range r.Runs {
+		if run.N > 1 && run.CachedVsUncached > 0 {
+			fmt.Fprintf(w, "%s: cached read p50 %.3f ms, uncached N=%d read p50 %.3f ms: %s of it\n",
+				run.label(), run.ReadCached.P50Ms, run.N, run.ReadUncached.P50Ms, fraction(run.CachedVsUncached))
 		}
 	}
 	if len(r.Ratios) > 0 {
 		fmt.Fprintf(w, "\nagainst %s:\n", r.RatioBase)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "mode\tincr/s\twrites/incr\tmax node share\t\n")
+		fmt.Fprintf(tw, "mode\tincr/s\tachieved/s\twrites/incr\tmax node share\t\n")
 		for _, run := range r.Runs {
-			x := r.Ratios[run.Mode]
-			fmt.Fprintf(tw, "%s\t%.2fx\t%.3gx\t%.3fx\t\n", run.Mode, x.IncrPerSec, x.CacheWritesPerIncr, x.MaxNodeShare)
+			x := r.Ratios[run.label()]
+			fmt.Fprintf(tw, "%s\t%.2fx\t%.2fx\t%.3gx\t%.3fx\t\n", run.label(), x.IncrPerSec, x.AchievedPerSec, x.CacheWritesPerIncr, x.MaxNodeShare)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "\n%s backend, %d primaries, %d round(s) per mode; cache writes are INCRBY+EVALSHA+EVAL calls of every client of the cluster\n",
+	fmt.Fprintf(w, "\n%s backend, %d primaries, %d round(s) per run; cache writes are INCRBY+EVALSHA+EVAL calls of every client of the cluster",
 		r.Backend, len(r.Primaries), r.Rounds)
+	if paced {
+		fmt.Fprintf(w, "; %.0f increments/s offered open-loop, latency from each increment's scheduled start", r.OfferedPerSec)
+	}
+	if r.Calibration != nil {
+		fmt.Fprintf(w, "; utilisation is a node's writes/s over the calibrated ceiling")
+	}
+	fmt.Fprintln(w)
 	return nil
+}
+
+// fraction writes a ratio below 1 as "1/K", others as "K×".
+func fraction(x float64) string {
+	if x > 0 && x < 1 {
+		return fmt.Sprintf("1/%.0f", 1/x)
+	}
+	return fmt.Sprintf("%.2f×", x)
 }
 
 func lat(l Latency) string {
@@ -240,7 +368,8 @@ func lat(l Latency) string {
 	return fmt.Sprintf("%.3f/%.3f", l.P50Ms, l.P99Ms)
 }
 
-func nodeList(m map[string]int64) string {
+// nodeList writes "node=writes (rate/s, util%)" for each node, sorted.
+func nodeList(m map[string]int64, rate, util map[string]float64) string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
@@ -249,6 +378,12 @@ func nodeList(m map[string]int64) string {
 	parts := make([]string, len(names))
 	for i, n := range names {
 		parts[i] = fmt.Sprintf("%s=%d", n, m[n])
+		switch u, ok := util[n]; {
+		case ok:
+			parts[i] += fmt.Sprintf(" (%.0f/s, %.0f%%)", rate[n], 100*u)
+		case rate[n] > 0:
+			parts[i] += fmt.Sprintf(" (%.0f/s)", rate[n])
+		}
 	}
 	if len(parts) == 0 {
 		return "(none)"

@@ -96,7 +96,7 @@ func TestValidate(t *testing.T) {
 	if s.workers(Single) != DefaultWorkers || s.workers(Buffered) != 1 {
 		t.Errorf("workers: %d, %d", s.workers(Single), s.workers(Buffered))
 	}
-	if got := s.runKey(Sharded); got != "k:sharded:"+s.RunID {
+	if got := s.runKey(variant{Sharded, DefaultN}); got != "k:sharded:"+s.RunID {
 		t.Errorf("runKey = %q", got)
 	}
 	modes := []Mode{Single, Combined}
@@ -137,20 +137,20 @@ func TestRatios(t *testing.T) {
 		{Mode: Buffered, IncrPerSec: 1500, CacheWritesPerIncr: 0.001, MaxNodeShare: 1},
 	}
 	base, r := ratios(runs)
-	if base != Single {
+	if base != string(Single) {
 		t.Fatalf("base %q, want single", base)
 	}
-	if got := r[Sharded]; got != (Ratio{IncrPerSec: 2, CacheWritesPerIncr: 1, MaxNodeShare: 0.5}) {
+	if got := r["sharded"]; got != (Ratio{IncrPerSec: 2, CacheWritesPerIncr: 1, MaxNodeShare: 0.5}) {
 		t.Errorf("sharded %+v", got)
 	}
-	if got := r[Buffered]; got != (Ratio{IncrPerSec: 15, CacheWritesPerIncr: 0.001, MaxNodeShare: 1}) {
+	if got := r["buffered"]; got != (Ratio{IncrPerSec: 15, CacheWritesPerIncr: 0.001, MaxNodeShare: 1}) {
 		t.Errorf("buffered %+v", got)
 	}
 	if base, r := ratios(runs[:1]); base != "" || r != nil {
 		t.Errorf("one run: %q %v", base, r)
 	}
 	base, _ = ratios([]Result{{Mode: Combined}, {Mode: Buffered}})
-	if base != Combined {
+	if base != string(Combined) {
 		t.Errorf("without single the base is the first mode, got %q", base)
 	}
 }

@@ -4,16 +4,17 @@
 // # Accumulating
 //
 // Add adds a delta to the key's cell: an int64 updated with one atomic add.
-// Cells live in 64 shards chosen by a hash of the key (hash/maphash); each
-// shard is an open-addressing table whose slots are read without locks, so
-// an Add to a key that already has a cell costs a hash, a probe and one
-// atomic add: no lock, no allocation. A new key takes the shard's mutex to
-// insert its cell. The shards only spread new-key inserts; contention on
-// one hot key is the cost of its single atomic add. In front of the tables
-// sits a small cache indexed by the address of the key's bytes: a caller
-// that passes the very string a cell was created from (a constant, or a
-// key string it keeps) reaches the cell without hashing. A cell keeps the
-// key string it was created from, as a map key would.
+// Cells live in 64 shards chosen by a seeded hash of the key (wyhash's
+// mixing, inlined: for short keys about a third of the cost of
+// hash/maphash); each shard is an open-addressing table whose slots are
+// read without locks, so an Add to a key that already has a cell costs one
+// hash, one probe and one atomic add: no lock, no allocation. A new key
+// takes the shard's mutex to insert its cell. The shards only spread
+// new-key inserts; contention on one hot key is the cost of its single
+// atomic add. A cell keeps its own copy of the key, and Add keeps no
+// reference to the string it is passed, so a key built for the call
+// ("likes:" + id) does not escape to the heap: the caller's concatenation
+// can stay on its stack.
 //
 // # Cutting and flushing
 //
@@ -67,17 +68,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
-
-// recentSize is the number of slots of Buffer.recent.
-const recentSize = 256
 
 // Named errors. Test with errors.Is.
 var (
@@ -110,17 +108,10 @@ type Sink interface {
 // Buffer holds process-local deltas and flushes them to a Sink. It is safe
 // for concurrent use. Create it with New and stop it with Close.
 type Buffer struct {
-	sink   Sink
-	cfg    Config
-	seed   maphash.Seed
-	shards [numShards]shard
-	// recent caches cells by the identity (address and length) of the
-	// string their key was created from, so a caller that passes the same
-	// string again (a constant, or a key string it keeps) skips hashing.
-	// A cell retains its key string, so while a slot points at a cell the
-	// bytes cannot be reused for another string.
-	recent [recentSize]atomic.Pointer[cell]
-
+	sink    Sink
+	cfg     Config
+	seed    uint64 // of hashString
+	shards  [numShards]shard
 	cells   atomic.Int64 // cells in the tables
 	nops    atomic.Int64 // ops not yet acknowledged
 	newKeys atomic.Int64 // cells created since the last cut
@@ -154,7 +145,7 @@ func New(sink Sink, cfg Config) (*Buffer, error) {
 	b := &Buffer{
 		sink: sink,
 		cfg:  cfg,
-		seed: maphash.MakeSeed(),
+		seed: rand.Uint64(),
 		kick: make(chan struct{}, 1),
 		ops:  make(map[string][]*op),
 		stop: make(chan struct{}),
@@ -173,13 +164,13 @@ func New(sink Sink, cfg Config) (*Buffer, error) {
 // changed) if that would pass ±MaxDelta, ErrBackpressure if key is new and
 // the buffer is full, ErrClosed after Close, and an error wrapping
 // keyspace.ErrInvalidKey for an invalid new key. Adding to a key that is
-// already buffered takes no lock and does not allocate.
+// already buffered takes no lock and does not allocate. Add keeps no
+// reference to key (a new cell keeps a copy), so a key built for the call,
+// "likes:" + id, can stay on the caller's stack.
 func (b *Buffer) Add(key string, delta int64) error {
-	// Fast path: the caller passes the very string
-	// a cell was created from and a small delta.
-	c := b.recent[recentIndex(key)].Load()
-	if c != nil && unsafe.StringData(c.key) == unsafe.StringData(key) && len(c.key) == len(key) &&
-		uint64(delta+fastLimit) < 2*fastLimit {
+	h := hashString(b.seed, key)
+	c := b.shards[h>>(64-shardBits)].tab.Load().find(h, key)
+	if c != nil && uint64(delta+fastLimit) < 2*fastLimit {
 		// One range check covers both the bound and the dead mark: a dead
 		// cell's value lies far below -MaxDelta, so nv+MaxDelta is negative
 		// and, as a uint64, far above 2*MaxDelta.
@@ -189,24 +180,16 @@ func (b *Buffer) Add(key string, delta int64) error {
 		}
 		return b.addFixup(c, delta, nv)
 	}
-	return b.addLookup(key, delta)
+	return b.addMiss(c, h, key, delta)
 }
 
-// addLookup finds key's cell by hash and adds to it.
-func (b *Buffer) addLookup(key string, delta int64) error {
-	h := maphash.String(b.seed, key)
-	sh := &b.shards[h>>(64-shardBits)]
-	c := sh.tab.Load().find(h, key)
+// addMiss is Add for a key without a cell in the table it read, or with
+// a delta too large for the fast path.
+func (b *Buffer) addMiss(c *cell, h uint64, key string, delta int64) error {
 	if c == nil {
-		return b.addLocked(sh, h, key, delta)
+		return b.addLocked(&b.shards[h>>(64-shardBits)], h, key, delta)
 	}
-	if unsafe.StringData(c.key) == unsafe.StringData(key) {
-		b.recent[recentIndex(key)].Store(c) // the caller reuses the cell's string
-	}
-	if delta <= -fastLimit || delta >= fastLimit {
-		return b.addBig(c, delta)
-	}
-	return b.addFixup(c, delta, c.v.Add(delta))
+	return b.addBig(c, delta)
 }
 
 // addFixup finishes a small add whose atomic add returned nv: it undoes
@@ -239,13 +222,6 @@ func (b *Buffer) addBig(c *cell, delta int64) error {
 // or creates the live cell.
 func (b *Buffer) addSlow(h uint64, key string, delta int64) error {
 	return b.addLocked(&b.shards[h>>(64-shardBits)], h, key, delta)
-}
-
-// recentIndex picks the slot of Buffer.recent for a string by the address
-// and length of its bytes.
-func recentIndex(key string) uintptr {
-	p := uintptr(unsafe.Pointer(unsafe.StringData(key)))
-	return (p>>3 ^ p>>11 ^ uintptr(len(key))) & (recentSize - 1)
 }
 
 // addCAS adds delta to c with a compare-and-swap loop, so the bound check
@@ -284,9 +260,6 @@ func (b *Buffer) addLocked(sh *shard, h uint64, key string, delta int64) error {
 	}
 	if c := sh.tab.Load().find(h, key); c != nil {
 		// Cells in the current table are live while we hold the lock.
-		if unsafe.StringData(c.key) == unsafe.StringData(key) {
-			b.recent[recentIndex(key)].Store(c)
-		}
 		_, err := b.addCAS(c, delta)
 		return err
 	}
@@ -304,11 +277,10 @@ func (b *Buffer) addLocked(sh *shard, h uint64, key string, delta int64) error {
 		b.kickFlush()
 		return ErrBackpressure
 	}
-	c := &cell{key: key, hash: h}
+	c := &cell{key: strings.Clone(key), hash: h}
 	c.v.Store(delta)
 	c.since.Store(b.cfg.Clock.Now().UnixNano())
 	sh.insert(c)
-	b.recent[recentIndex(key)].Store(c)
 	b.cells.Add(1)
 	if b.newKeys.Add(1) >= int64(b.cfg.MaxKeys) {
 		b.kickFlush()
@@ -327,7 +299,7 @@ func (b *Buffer) kickFlush() {
 // Pending returns this process's delta for key that the sink has not yet
 // acknowledged: the accumulating delta plus ops in flight.
 func (b *Buffer) Pending(key string) int64 {
-	h := maphash.String(b.seed, key)
+	h := hashString(b.seed, key)
 	sh := &b.shards[h>>(64-shardBits)]
 	b.opsMu.RLock()
 	defer b.opsMu.RUnlock()

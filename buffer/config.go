@@ -65,6 +65,9 @@ type Config struct {
 	// wait starts at Interval and doubles per failure. Default
 	// DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// ExpireAt, when set, returns the deadline the sub-counter label of a
+	// counter key takes when a flush creates it (zero: none).
+	ExpireAt func(key, label string) time.Time
 	// Labels returns the active write labels of a counter key; each flush
 	// of a key sends its whole delta to one label chosen at random from
 	// this list. Required. It is called from the flushing goroutine only.

@@ -275,6 +275,9 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 			TokenKey: keyspace.AuxKey(o.key, o.label, "tok", o.token),
 			TTL:      b.cfg.TokenTTL,
 		}
+		if b.cfg.ExpireAt != nil {
+			ops[i].ExpireAt = b.cfg.ExpireAt(o.key, o.label)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	res, err := b.sink.IncrMulti(cctx, ops)

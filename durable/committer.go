@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,11 @@ type CommitterConfig struct {
 	// DefaultCommitTimeout).
 	CommitTimeout time.Duration
 	// FixedDelay makes every partial batch wait out MaxDelay. By default a
-	// partial batch is also cut as soon as it holds as many events as the
-	// previous batch did: the callers of the last batch are back, and under
-	// a steady load more are unlikely to arrive sooner than MaxDelay.
+	// partial batch is also cut, when a commit slot is free, as soon as it
+	// holds its share of the callers: the most events outstanding lately
+	// (accepted, not yet committed) divided by MaxInFlight. Under a steady
+	// closed-loop load of N callers that keeps MaxInFlight batches of about
+	// N/MaxInFlight in flight, so one commits while the next is written.
 	FixedDelay bool
 	// MaxInFlight is how many batches may be committing at once. The
 	// default is the Appender's AppendConcurrency when it implements
@@ -77,11 +80,11 @@ func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 }
 
 // batch is a group of events committed together. Its waiters block on
-// done; dup and err are written before done is closed.
+// done; res and err are written before done is closed.
 type batch struct {
 	events []Event
 	first  time.Time // arrival of events[0]
-	dup    []bool
+	res    []Result
 	err    error
 	done   chan struct{}
 }
@@ -97,13 +100,20 @@ type Committer struct {
 	cur     *batch   // filling; nil when empty
 	ready   []*batch // sealed at MaxBatch, oldest first
 	closing bool
-	catchUp int // cut cur at this size (the last batch's); 0: no estimate
+
+	// outstanding counts events accepted and not yet committed; peak is
+	// its recent maximum, halving every peakHalfLife (as of peakAt); target
+	// is the size at which a partial batch is cut, peak/MaxInFlight.
+	outstanding int
+	peak        float64
+	peakAt      time.Time
+	target      int
 
 	wake  chan struct{} // cap 1: a batch started, caught up or sealed, or Close
 	slots chan struct{} // cap MaxInFlight: one token per committing batch
 	done  chan struct{} // closed when the owner has drained and exited
 
-	batches, events, failed atomic.Uint64
+	batches, events, failed, rejected atomic.Uint64
 }
 
 // CommitterStats are a Committer's running totals.
@@ -114,11 +124,15 @@ type CommitterStats struct {
 	Events uint64
 	// Failed is the number of events whose batch returned an error.
 	Failed uint64
+	// Rejected is the number of events that failed on their own
+	// (Result.Err: overflow, id conflict, invalid).
+	Rejected uint64
 }
 
 // Stats returns the running totals.
 func (c *Committer) Stats() CommitterStats {
-	return CommitterStats{Batches: c.batches.Load(), Events: c.events.Load(), Failed: c.failed.Load()}
+	return CommitterStats{Batches: c.batches.Load(), Events: c.events.Load(),
+		Failed: c.failed.Load(), Rejected: c.rejected.Load()}
 }
 
 // NewCommitter starts a committer writing to log.
@@ -142,10 +156,13 @@ func NewCommitter(log Appender, cfg CommitterConfig) (*Committer, error) {
 }
 
 // Append adds e to the current batch and blocks until that batch has
-// committed. dup reports that e.ID was seen before (within the dedup window
-// or earlier in the batch) and was not counted again. When ctx ends first,
-// Append returns its error but the event may still commit: retry with the
-// same ID, which is safe. After Close, Append returns store.ErrClosed.
+// committed, and returns e's own result: dup reports that e.ID was seen
+// before on e.Key (within the dedup window or earlier in the batch) and was
+// not counted again; err is e's own failure (ErrIDConflict,
+// store.ErrOverflow), which does not affect the other events of the batch,
+// or the failure of the whole batch. When ctx ends first, Append returns
+// its error but the event may still commit: retry with the same ID, which
+// is safe. After Close, Append returns store.ErrClosed.
 func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	if !ValidKey(e.Key) || !ValidKey(e.ID) {
 		return false, fmt.Errorf("%w: key %q id %q", ErrInvalidEvent, e.Key, e.ID)
@@ -170,11 +187,13 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	}
 	i := len(b.events)
 	b.events = append(b.events, e)
+	c.outstanding++
+	c.peak = max(c.peak, float64(c.outstanding))
 	if len(b.events) >= c.cfg.MaxBatch {
 		c.ready = append(c.ready, b)
 		c.cur = nil
 		c.signal()
-	} else if len(b.events) == c.catchUp {
+	} else if len(b.events) == c.target {
 		c.signal()
 	}
 	c.mu.Unlock()
@@ -187,7 +206,7 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	if b.err != nil {
 		return false, b.err
 	}
-	return b.dup[i], nil
+	return b.res[i].Dup, b.res[i].Err
 }
 
 // signal wakes the owner; the caller holds mu.
@@ -234,6 +253,10 @@ func (c *Committer) run() {
 	}
 }
 
+// peakHalfLife is how fast the estimate of the callers in flight forgets
+// a load that went away.
+const peakHalfLife = time.Second
+
 // next waits for the next batch and starts its commit; it returns false
 // when the committer is closing and has nothing left.
 func (c *Committer) next() bool {
@@ -247,16 +270,15 @@ func (c *Committer) next() bool {
 			c.ready[0] = nil
 			c.ready = c.ready[1:]
 		case c.cur != nil:
-			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(c.cfg.Clock.Now())
-			if wait <= 0 || c.closing || (c.catchUp > 0 && len(c.cur.events) >= c.catchUp) {
+			now := c.cfg.Clock.Now()
+			c.updateTarget(now)
+			wait = c.cur.first.Add(c.cfg.MaxDelay).Sub(now)
+			if wait <= 0 || c.closing || (!c.cfg.FixedDelay && len(c.cur.events) >= c.target) {
 				b, c.cur = c.cur, nil
 			}
 		case c.closing:
 			c.mu.Unlock()
 			return false
-		}
-		if b != nil && !c.cfg.FixedDelay {
-			c.catchUp = len(b.events)
 		}
 		c.mu.Unlock()
 
@@ -275,21 +297,43 @@ func (c *Committer) next() bool {
 	}
 }
 
+// updateTarget decays the peak to now and sets the target batch size;
+// the caller holds mu.
+func (c *Committer) updateTarget(now time.Time) {
+	if dt := now.Sub(c.peakAt); dt > 0 {
+		c.peak *= math.Exp2(-float64(dt) / float64(peakHalfLife))
+		c.peakAt = now
+	}
+	c.peak = max(c.peak, float64(c.outstanding))
+	c.target = max(1, int(math.Ceil(c.peak/float64(c.cfg.MaxInFlight))))
+}
+
 // commit writes one batch, releases its waiters and frees its slot.
 func (c *Committer) commit(b *batch) {
 	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CommitTimeout)
-	dup, err := c.log.AppendEvents(ctx, b.events)
+	res, err := c.log.AppendEvents(ctx, b.events)
 	cancel()
-	if err == nil && len(dup) != len(b.events) {
-		err = fmt.Errorf("%w: durable append returned %d flags for %d events",
-			store.ErrUnavailable, len(dup), len(b.events))
+	if err == nil && len(res) != len(b.events) {
+		err = fmt.Errorf("%w: durable append returned %d results for %d events",
+			ErrBackend, len(res), len(b.events))
 	}
-	b.dup, b.err = dup, err
+	b.res, b.err = res, err
+	c.mu.Lock()
+	c.outstanding -= len(b.events)
+	c.mu.Unlock()
 	c.batches.Add(1)
 	c.events.Add(uint64(len(b.events)))
 	if err != nil {
 		c.failed.Add(uint64(len(b.events)))
+	} else {
+		var n uint64
+		for _, r := range res {
+			if r.Err != nil {
+				n++
+			}
+		}
+		c.rejected.Add(n)
 	}
 	close(b.done)
 }

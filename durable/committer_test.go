@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -32,23 +31,26 @@ type memLog struct {
 
 func newMemLog() *memLog { return &memLog{seen: map[string]bool{}, total: map[string]int64{}} }
 
-func (m *memLog) AppendEvents(_ context.Context, evs []durable.Event) ([]bool, error) {
+func (m *memLog) AppendEvents(_ context.Context, evs []durable.Event) ([]durable.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
 		return nil, m.err
 	}
 	m.batches = append(m.batches, len(evs))
-	_, dup := durable.FirstSeen(evs)
+	res := make([]durable.Result, len(evs))
 	for i, e := range evs {
-		if dup[i] || m.seen[e.ID] {
-			dup[i] = true
-			continue
+		switch {
+		case e.Delta < 0:
+			res[i].Err = fmt.Errorf("%w: negative", store.ErrOverflow)
+		case m.seen[e.Key+"\x00"+e.ID]:
+			res[i].Dup = true
+		default:
+			m.seen[e.Key+"\x00"+e.ID] = true
+			m.total[e.Key] += e.Delta
 		}
-		m.seen[e.ID] = true
-		m.total[e.Key] += e.Delta
 	}
-	return dup, nil
+	return res, nil
 }
 
 func (m *memLog) sizes() []int {
@@ -108,7 +110,7 @@ func newCommitter(t *testing.T, log durable.Appender, cfg durable.CommitterConfi
 func TestCommitterCutsOnTime(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 100, MaxDelay: 2 * time.Millisecond, Clock: clk})
 	res := appendAsync(c, context.Background(), "t", 3)
 	waitFor(t, "3 pending events and an armed timer", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
 	clk.Advance(time.Millisecond)
@@ -129,7 +131,7 @@ func TestCommitterCutsOnTime(t *testing.T) {
 func TestCommitterCutsOnSize(t *testing.T) {
 	clk := clock.NewFake() // never advanced: only size cuts
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 4, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "s", 8)
 	for _, r := range collect(t, res, 8) {
 		if r.err != nil || r.dup {
@@ -144,7 +146,7 @@ func TestCommitterCutsOnSize(t *testing.T) {
 func TestCommitterDuplicateInBatch(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 5, MaxDelay: time.Hour, Clock: clk})
 	out := make(chan result, 5)
 	for range 5 {
 		go func() {
@@ -169,7 +171,7 @@ func TestCommitterDuplicateInBatch(t *testing.T) {
 func TestCommitterCloseDrains(t *testing.T) {
 	clk := clock.NewFake() // never advanced: only Close cuts
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 100, MaxDelay: time.Hour, Clock: clk})
 	res := appendAsync(c, context.Background(), "c", 5)
 	waitFor(t, "5 pending events", func() bool { return c.Pending() == 5 })
 	if err := c.Close(context.Background()); err != nil {
@@ -195,7 +197,7 @@ func TestCommitterAppendError(t *testing.T) {
 	log := newMemLog()
 	boom := fmt.Errorf("%w: disk on fire", store.ErrUnavailable)
 	log.err = boom
-	c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 3, MaxDelay: time.Hour, Clock: clock.NewFake()})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 3, MaxDelay: time.Hour, Clock: clock.NewFake()})
 	for _, r := range collect(t, appendAsync(c, context.Background(), "e", 3), 3) {
 		if !errors.Is(r.err, store.ErrUnavailable) {
 			t.Fatalf("Append err = %v, want ErrUnavailable", r.err)
@@ -206,7 +208,7 @@ func TestCommitterAppendError(t *testing.T) {
 func TestCommitterContextCanceled(t *testing.T) {
 	clk := clock.NewFake()
 	log := newMemLog()
-	c := newCommitter(t, log, durable.CommitterConfig{MaxDelay: time.Hour, Clock: clk})
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxDelay: time.Hour, Clock: clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	res := appendAsync(c, ctx, "x", 1)
 	waitFor(t, "1 pending event", func() bool { return c.Pending() == 1 })
@@ -261,15 +263,8 @@ func TestCheckpointNewer(t *testing.T) {
 	}
 }
 
-func TestNanosRoundTrip(t *testing.T) {
-	for _, tm := range []time.Time{{}, clock.Start, time.Unix(0, 1)} {
-		if got := durable.FromNanos(durable.Nanos(tm)); !got.Equal(tm) {
-			t.Errorf("round trip of %v gave %v", tm, got)
-		}
-	}
-}
-
-// gateLog blocks every AppendEvents until release is closed.
+// gateLog blocks every AppendEvents until it takes a token from release,
+// or release is closed.
 type gateLog struct {
 	*memLog
 	mu      sync.Mutex
@@ -277,7 +272,7 @@ type gateLog struct {
 	release chan struct{}
 }
 
-func (g *gateLog) AppendEvents(ctx context.Context, evs []durable.Event) ([]bool, error) {
+func (g *gateLog) AppendEvents(ctx context.Context, evs []durable.Event) ([]durable.Result, error) {
 	g.mu.Lock()
 	g.running++
 	g.mu.Unlock()
@@ -312,54 +307,43 @@ func TestCommitterMaxInFlight(t *testing.T) {
 	}
 }
 
-func TestAggregate(t *testing.T) {
-	t0 := clock.Start
-	evs := []durable.Event{
-		{Key: "a", Delta: 1, ID: "1", At: t0},
-		{Key: "b", Delta: 5, ID: "2"},
-		{Key: "a", Delta: 2, ID: "3", At: t0.Add(time.Second)},
-		{Key: "a", Delta: 100, ID: "4", At: t0.Add(time.Hour)}, // dup: skipped
-		{Key: "a", Delta: math.MaxInt64, ID: "5", At: t0},      // overflows a's row
+// TestCommitterCutsAtShareOfCallers: without FixedDelay, a partial batch
+// is cut, when a slot is free, once it holds peak outstanding events /
+// MaxInFlight; the peak decays when the load goes.
+func TestCommitterCutsAtShareOfCallers(t *testing.T) {
+	clk := clock.NewFake() // the MaxDelay timer never fires
+	g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
+	c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, MaxInFlight: 1, Clock: clk})
+	// A lone event is its own share: cut at once.
+	res := appendAsync(c, context.Background(), "a", 1)
+	waitFor(t, "the first batch in flight", func() bool { return g.inFlight() == 1 })
+	// Three more arrive while it commits: four callers are outstanding.
+	more := appendAsync(c, context.Background(), "b", 3)
+	waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 })
+	g.release <- struct{}{}
+	collect(t, res, 1)
+	// The slot is free, but 3 < 4: the batch waits for the fourth caller.
+	waitFor(t, "the first batch recorded", func() bool { return len(g.sizes()) == 1 })
+	runtime.Gosched()
+	if c.Pending() != 3 || g.inFlight() != 1 {
+		t.Fatalf("cut before its share: pending %d, calls %d", c.Pending(), g.inFlight())
 	}
-	dup := []bool{false, false, false, true, false}
-	now := t0.Add(time.Minute).UnixNano()
-	got := fmt.Sprint(durable.Aggregate(evs, dup, now))
-	want := fmt.Sprint([]durable.Row{
-		{Key: "a", Delta: 3, At: t0.Add(time.Second).UnixNano(), N: 2},
-		{Key: "b", Delta: 5, At: now, N: 1},
-		{Key: "a", Delta: math.MaxInt64, At: t0.UnixNano(), N: 1},
-	})
-	if got != want {
-		t.Fatalf("Aggregate =\n%s\nwant\n%s", got, want)
+	last := appendAsync(c, context.Background(), "c", 1)
+	waitFor(t, "the second batch in flight", func() bool { return g.inFlight() == 2 })
+	g.release <- struct{}{}
+	collect(t, more, 3)
+	collect(t, last, 1)
+	if got := fmt.Sprint(g.sizes()); got != "[1 4]" {
+		t.Fatalf("batches %s, want [1 4]", got)
 	}
-}
-
-func TestCommitterCatchesUpWithLastBatch(t *testing.T) {
-	for _, fixed := range []bool{false, true} {
-		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
-			clk := clock.NewFake()
-			log := newMemLog()
-			c := newCommitter(t, log, durable.CommitterConfig{MaxBatch: 100, MaxDelay: 2 * time.Millisecond, FixedDelay: fixed, Clock: clk})
-			// First batch: no estimate yet, so the timer cuts it.
-			res := appendAsync(c, context.Background(), "a", 3)
-			waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
-			clk.Advance(2 * time.Millisecond)
-			collect(t, res, 3)
-			// Second batch of the same size: cut on reaching 3 without the
-			// clock moving, unless FixedDelay.
-			res = appendAsync(c, context.Background(), "b", 3)
-			if fixed {
-				waitFor(t, "3 pending events", func() bool { return c.Pending() == 3 && clk.Waiters() > 0 })
-				if n := len(log.sizes()); n != 1 {
-					t.Fatalf("FixedDelay: %d batches before the timer, want 1", n)
-				}
-				clk.Advance(2 * time.Millisecond)
-			}
-			collect(t, res, 3)
-			if got := fmt.Sprint(log.sizes()); got != "[3 3]" {
-				t.Fatalf("batches %s, want [3 3]", got)
-			}
-		})
+	// Ten half-lives later the load is forgotten: a lone event goes at once.
+	clk.Advance(10 * time.Second)
+	res = appendAsync(c, context.Background(), "d", 1)
+	waitFor(t, "the third batch in flight", func() bool { return g.inFlight() == 3 })
+	g.release <- struct{}{}
+	collect(t, res, 1)
+	if got := fmt.Sprint(g.sizes()); got != "[1 4 1]" {
+		t.Fatalf("batches %s, want [1 4 1]", got)
 	}
 }
 
@@ -374,4 +358,33 @@ func TestCommitterInFlightFromAppender(t *testing.T) {
 	waitFor(t, "3 commits in flight", func() bool { return g.inFlight() == 3 && c.Pending() == 1 })
 	close(g.release)
 	collect(t, res, 4)
+}
+
+// TestCommitterPerEventResult: each caller gets its own event's result; an
+// event that fails alone does not fail the others of its batch.
+func TestCommitterPerEventResult(t *testing.T) {
+	log := newMemLog()
+	c := newCommitter(t, log, durable.CommitterConfig{FixedDelay: true, MaxBatch: 4, MaxDelay: time.Hour, Clock: clock.NewFake()})
+	out := make(chan error, 4)
+	for i, d := range []int64{1, -1, 2, 3} {
+		go func() {
+			_, err := c.Append(context.Background(), durable.Event{Key: "k", Delta: d, ID: fmt.Sprint(i)})
+			out <- err
+		}()
+	}
+	var failed int
+	for range 4 {
+		if err := <-out; err != nil {
+			if !errors.Is(err, store.ErrOverflow) {
+				t.Fatalf("Append err = %v, want ErrOverflow", err)
+			}
+			failed++
+		}
+	}
+	if failed != 1 || log.total["k"] != 6 || fmt.Sprint(log.sizes()) != "[4]" {
+		t.Fatalf("failed %d, total %d, batches %v; want 1, 6, [4]", failed, log.total["k"], log.sizes())
+	}
+	if st := c.Stats(); st.Rejected != 1 || st.Failed != 0 || st.Events != 4 {
+		t.Fatalf("stats %+v", st)
+	}
 }

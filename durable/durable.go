@@ -1,47 +1,104 @@
 // Package durable is hotcount's durable layer: checkpoints for counters in
-// `fast` mode, and an idempotent, group-committed event log for counters in
-// `durable` mode.
+// `fast` mode, an idempotent, group-committed event log for counters in
+// `durable` mode, counter metadata, and the clean-up of all three.
 //
 // # Checkpoints (fast mode)
 //
-// The cache holds the counter; a checkpoint records its total at a point in
-// time (Checkpoint). SaveCheckpoints is an upsert guarded by (Epoch, At): a
-// stored checkpoint is replaced only by one that is not older, so saving the
-// same checkpoint twice, or a late save from a slow process, changes nothing.
+// The cache holds the counter; a checkpoint records the total of one
+// sub-counter at a point in time (Checkpoint). SaveCheckpoints is an upsert
+// guarded by (Epoch, At): a stored checkpoint is replaced only by one that
+// is not older, so saving the same checkpoint twice, or a late save from a
+// slow process, changes nothing. A checkpoint of a cleared counter read at
+// or before the clear is ignored (see Clearing).
 //
 // # Event log (durable mode)
 //
 // Every increment is an Event with an idempotency ID. AppendEvents writes a
-// batch in one transaction and commits before it returns. Each ID is recorded
-// in an ids table with the time it was first seen; an ID already present is a
-// duplicate, reported as such and not counted again. The ids table is
-// separate from the events, so a duplicate stays a duplicate after a rollup
-// has compacted the original event. IDs older than the dedup window (default
-// DefaultDedupWindow) may be pruned; a duplicate that arrives within the
-// window never counts twice.
+// batch in one transaction and commits before it returns, with a Result per
+// event: counted, duplicate, or failed on its own.
+//
+// IDs are scoped to their counter: the ids table is keyed by (counter key,
+// ID) and holds the event's delta and the time it was first seen. The same
+// ID on two keys is two increments. An ID already recorded for its key with
+// the same delta is a duplicate: acknowledged, not counted again. With
+// another delta it is ErrIDConflict, a permanent error: a client reused an
+// ID for a different increment. The ids table is separate from the events,
+// so a duplicate stays a duplicate after a rollup has compacted the
+// original event, and after the counter was cleared.
+//
+// The retention window of IDs (DedupWindow in each backend's Config,
+// default DefaultDedupWindow) is how long an ID is remembered after it was
+// first seen. Prune forgets older IDs; a retry sent after that counts
+// again, as a new increment. Clients must not retry an increment later
+// than the window after its first attempt.
+//
+// Stores written before IDs were scoped hold IDs without a key. After the
+// upgrade such an ID still makes an event with the same ID on any key a
+// duplicate, until it leaves the window, so that no retry across the
+// upgrade counts twice.
 //
 // A backend stores the new events of one key in one batch as one row (their
 // sum, latest At and count), so a hot key costs one log row per commit, not
 // one per increment; its IDs are still recorded one by one.
 //
+// # Integrity: one key cannot harm another
+//
+// A counter's total (rollup total + log tail) never leaves int64. An event
+// that would take it out fails alone with ErrOverflow (it wraps
+// store.ErrOverflow); every other event of the batch, of the same key or of
+// others, is unaffected. Backends check cheaply: each key has a stored
+// upper bound of its magnitude, raised by every batch, and only a key whose
+// bound comes near the limit (2^62), or a batch that brings a very large
+// delta to a key (more than 2^40 in all), pays for an exact check of that
+// key, which also tightens its bound again.
+//
+// Errors are classified. Permanent errors (ErrOverflow, ErrIDConflict,
+// ErrInvalidEvent, ErrInvalidCheckpoint, ErrSchemaVersion, ErrBackend) never
+// match store.ErrUnavailable; only transient trouble (a lost connection, a
+// timeout, a lock or serialization conflict, a full disk) does, and a retry
+// of the same call (with the same IDs) is then safe.
+//
+// # Rollup and pruning
+//
 // Rollup folds rows older than a cut-off into per-key totals and deletes
-// them, in one transaction, so that Exact (rollup total + sum of the events
-// not yet rolled up) reads the same before and after. A row is folded when
-// its latest event is older than the cut-off, so no event newer than the
-// cut-off is ever folded. Rollup also prunes expired IDs.
+// them, so that Exact (rollup total + sum of the events not yet rolled up)
+// reads the same before and after. A row is folded when its latest event
+// is older than the cut-off, so no event newer than the cut-off is ever
+// folded. It progresses per key: a key whose total would overflow is
+// skipped and reported in RollupReport.Failed, every other key is folded.
+// Prune, which Rollup runs first in its own transaction, forgets IDs older
+// than the dedup window and tombstones older than their retention; it does
+// not depend on the fold succeeding, so the ids and events tables stay
+// bounded.
+//
+// # Clearing
+//
+// ClearCounter removes, in one transaction, everything stored about one
+// counter: its rollup total and log events, the checkpoints of its
+// sub-counters (sub-keys "{key#label}", as keyspace.SubKey builds them,
+// matched exactly with keyspace.ParseSubKey, so clearing "a" leaves "a#b"
+// alone) and its metadata. It records a tombstone (key → at): a later
+// SaveCheckpoints of a sub-counter of that key read at or before at is
+// ignored, so a slow process cannot bring a cleared counter back. Its IDs
+// are kept: a retry of an increment acknowledged before the clear is still
+// a duplicate. Tombstones are pruned after TombstoneRetention.
 //
 // # Group commit
 //
 // A transaction per increment costs one fsync each; Committer lets many
-// goroutines share one. Append hands an event to the committer's owning
-// goroutine and blocks until the batch that holds it has committed. A batch
+// goroutines share one. Append hands an event to the committer and blocks
+// until the batch that holds it has committed, and returns that event's own
+// result. Up to MaxInFlight batches commit at once (PostgreSQL: 4, whose
+// commits share WAL flushes; SQLite: 1) while the next one fills. A batch
 // is cut when it reaches MaxBatch events or MaxDelay after its first event
-// arrived, whichever is first, and (unless FixedDelay) as soon as it is as
-// large as the previous batch: once the callers of the last commit are back
-// there is little to gain by waiting, so a closed loop of callers runs at
-// commit speed instead of commit speed plus MaxDelay. While one batch
-// commits the next one fills, so under load batches grow with the number of
-// waiting callers. Close drains: every accepted event is committed.
+// arrived, whichever is first, and (unless FixedDelay), when a commit slot
+// is free, as soon as it holds its share of the callers: the most events
+// outstanding lately divided by MaxInFlight. With synchronous callers the
+// throughput is at most callers ÷ commit latency, so under a closed loop of
+// N callers this keeps MaxInFlight batches of about N/MaxInFlight events in
+// flight: one batch is written while another waits for its fsync, and a
+// lone caller is committed at once instead of after MaxDelay. Close drains:
+// every accepted event is committed.
 //
 // Backends: durable/postgres (PostgreSQL via pgx) and durable/sqlite (a
 // SQLite file, the embedded default). durable/durabletest holds the
@@ -51,24 +108,32 @@ package durable
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/hotcount/hotcount/store"
 )
 
-// DefaultDedupWindow is how long an event ID is remembered when a backend's
-// configured window is zero.
-const DefaultDedupWindow = 24 * time.Hour
+// Defaults of the backends' Config fields.
+const (
+	// DefaultDedupWindow is how long an event ID is remembered after it
+	// was first seen, when a backend's DedupWindow is zero.
+	DefaultDedupWindow = 24 * time.Hour
+	// DefaultTombstoneRetention is how long the tombstone of a cleared
+	// counter is kept when a backend's TombstoneRetention is zero. It
+	// must exceed the longest time a checkpoint can take from being read
+	// to being saved.
+	DefaultTombstoneRetention = time.Hour
+)
 
-// Named errors. Backend trouble wraps store.ErrUnavailable; a closed backend
-// or committer returns store.ErrClosed.
+// Named errors. Transient backend trouble wraps store.ErrUnavailable; a
+// closed backend or committer returns store.ErrClosed; every other error
+// here is permanent.
 var (
 	// ErrInvalidEvent: an event has an empty or malformed Key or ID.
 	ErrInvalidEvent = errors.New("hotcount: invalid durable event")
+	// ErrIDConflict: an event's ID was already recorded for its key with
+	// another delta. The event is not counted.
+	ErrIDConflict = errors.New("hotcount: idempotency id reused with another delta")
 	// ErrInvalidCheckpoint: a checkpoint has an empty or malformed Key, or
 	// an Epoch above math.MaxInt64.
 	ErrInvalidCheckpoint = errors.New("hotcount: invalid checkpoint")
@@ -78,12 +143,16 @@ var (
 	ErrNotFound = errors.New("hotcount: durable record not found")
 	// ErrSchemaVersion: the database schema is newer than this build knows.
 	ErrSchemaVersion = errors.New("hotcount: durable schema is newer than this build")
+	// ErrBackend: the database refused an operation for a reason a retry
+	// will not cure (a missing table, a constraint, a corrupt file).
+	ErrBackend = errors.New("hotcount: durable store error")
 )
 
 // Checkpoint is the total of one counter at a point in time, for `fast`
 // mode.
 type Checkpoint struct {
-	// Key is the counter key.
+	// Key is the key checkpointed: a sub-key "{counter#label}", or a
+	// counter key.
 	Key string
 	// Total is the counter's value at At.
 	Total int64
@@ -109,19 +178,77 @@ type Event struct {
 	Key string
 	// Delta is added to the counter.
 	Delta int64
-	// ID is the idempotency id; required. An ID seen before within the
-	// dedup window is not counted again.
+	// ID is the idempotency id, scoped to Key; required. An ID seen before
+	// on the same key within the dedup window is not counted again.
 	ID string
 	// At is when the increment happened; zero means the time of the append.
 	// Rollup folds events by At.
 	At time.Time
 }
 
+// Result is the outcome of one event of AppendEvents.
+type Result struct {
+	// Dup reports that the event's ID was already recorded for its key with
+	// the same delta (or without one, before IDs were scoped), or came
+	// earlier in the same call: it was acknowledged and not counted again.
+	Dup bool
+	// Err is why the event was not counted, when it failed on its own:
+	// ErrInvalidEvent, ErrIDConflict or ErrOverflow (store.ErrOverflow).
+	// Such errors are permanent.
+	Err error
+}
+
+// KeyError is a failure of one key in an operation over many.
+type KeyError struct {
+	// Key is the counter key.
+	Key string
+	// Err is why it failed.
+	Err error
+}
+
+// Error implements error.
+func (e KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e KeyError) Unwrap() error { return e.Err }
+
+// RollupReport is the outcome of Rollup.
+type RollupReport struct {
+	// Folded is the number of events folded into totals, over Keys keys.
+	Folded, Keys int
+	// Failed lists the keys whose old events could not be folded (their
+	// total would overflow: Err wraps store.ErrOverflow); they are left as
+	// they were, and every other key was folded.
+	Failed []KeyError
+	// Pruned is what the prune run before the fold removed.
+	Pruned PruneReport
+}
+
+// PruneReport is the outcome of Prune.
+type PruneReport struct {
+	// IDs is the number of idempotency ids forgotten (older than the dedup
+	// window).
+	IDs int
+	// Tombstones is the number of tombstones removed (older than their
+	// retention).
+	Tombstones int
+}
+
+// Stats are the sizes of a store.
+type Stats struct {
+	// Rows is the row count of each table, by table name.
+	Rows map[string]int64
+	// Bytes is the space the store holds on disk (tables, indexes and, for
+	// SQLite, the write-ahead log).
+	Bytes int64
+}
+
 // Checkpoints stores fast-mode checkpoints.
 type Checkpoints interface {
 	// SaveCheckpoints upserts cps in one transaction; a stored checkpoint
 	// is replaced only by a Newer one, so saving the same checkpoint twice
-	// changes nothing.
+	// changes nothing. A checkpoint whose counter was cleared at or after
+	// its At is ignored.
 	SaveCheckpoints(ctx context.Context, cps []Checkpoint) error
 	// LoadCheckpoints returns the stored checkpoints of keys; keys without
 	// one are absent from the map.
@@ -134,20 +261,23 @@ type Checkpoints interface {
 // Log is the durable event log.
 type Log interface {
 	// AppendEvents writes events in one transaction and commits before it
-	// returns. dup[i] is true when events[i].ID was already seen within the
-	// dedup window, or earlier in the same call; such an event is not
-	// counted again. On error nothing was written.
-	AppendEvents(ctx context.Context, events []Event) (dup []bool, err error)
-	// Rollup folds events with At before the cut-off into per-key totals
-	// and deletes them, atomically, and prunes IDs older than the dedup
-	// window. It returns the number of events folded. Events of one key
-	// appended in one call may be stored together and are then folded
-	// together, once the newest of them is before the cut-off.
-	Rollup(ctx context.Context, before time.Time) (folded int, err error)
+	// returns, with one Result per event (see Result). A nil error means
+	// every Result is final; on error nothing was written.
+	AppendEvents(ctx context.Context, events []Event) ([]Result, error)
+	// Rollup prunes (see Prune), then folds events with At before the
+	// cut-off into per-key totals and deletes them, key by key. Events of
+	// one key appended in one call may be stored together and are then
+	// folded together, once the newest of them is before the cut-off. The
+	// error reports trouble with the prune or the fold as a whole; keys
+	// that failed alone are in the report.
+	Rollup(ctx context.Context, before time.Time) (RollupReport, error)
 	// Exact returns the rollup total of key plus the sum of its events not
-	// yet rolled up, read from one snapshot.
+	// yet rolled up, read from one snapshot. A total outside int64 (only a
+	// store written by an older build can hold one) is ErrOverflow.
 	Exact(ctx context.Context, key string) (int64, error)
-	// ExactMulti returns Exact for every key (0 for a key with no state).
+	// ExactMulti returns Exact for every key (0 for a key with no state),
+	// from one snapshot. When a key's total is outside int64 the error
+	// wraps ErrOverflow and names it, and the map holds every other key.
 	ExactMulti(ctx context.Context, keys []string) (map[string]int64, error)
 	// Keys lists, sorted, the keys starting with prefix that have a rollup
 	// total or events.
@@ -162,11 +292,35 @@ type Meta interface {
 	LoadMeta(ctx context.Context, key string) ([]byte, error)
 }
 
-// Backend is a durable store: checkpoints, event log and metadata.
+// Lifecycle removes what is no longer needed and measures what is held.
+type Lifecycle interface {
+	// ClearCounter removes, atomically, the rollup total, log events,
+	// sub-counter checkpoints and metadata of counter key, and records a
+	// tombstone key → at (the latest at wins). IDs are kept.
+	ClearCounter(ctx context.Context, key string, at time.Time) error
+	// Tombstones returns the tombstones of keys; keys never cleared, or
+	// whose tombstone was pruned, are absent.
+	Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error)
+	// Prune forgets IDs older than the dedup window and removes tombstones
+	// older than their retention, each in its own statement.
+	Prune(ctx context.Context) (PruneReport, error)
+	// Stats counts the rows of every table and the bytes the store holds.
+	// It reads every table: call it at the pace of a metrics scrape, not
+	// per request.
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// Backend is a durable store: checkpoints, event log, metadata and their
+// clean-up.
 type Backend interface {
 	Checkpoints
 	Log
 	Meta
+	Lifecycle
+	// StoreID returns the identity of the store: a random id created once,
+	// with the schema. Tools that repair a cache from a store use it to
+	// refuse a store that is not theirs.
+	StoreID() string
 	// Close releases the backend; it is idempotent.
 	Close() error
 }
@@ -174,153 +328,11 @@ type Backend interface {
 // Appender is what a Committer writes batches to (a Log).
 type Appender interface {
 	// AppendEvents is Log.AppendEvents.
-	AppendEvents(ctx context.Context, events []Event) (dup []bool, err error)
+	AppendEvents(ctx context.Context, events []Event) ([]Result, error)
 }
 
 // ValidKey reports whether key can be stored: not empty, valid UTF-8, no
 // NUL byte (PostgreSQL text cannot hold one).
 func ValidKey(key string) bool {
 	return key != "" && utf8.ValidString(key) && !strings.ContainsRune(key, 0)
-}
-
-// CheckEvents validates events for AppendEvents.
-func CheckEvents(events []Event) error {
-	for i, e := range events {
-		if !ValidKey(e.Key) {
-			return fmt.Errorf("%w: event %d: bad key %q", ErrInvalidEvent, i, e.Key)
-		}
-		if !ValidKey(e.ID) {
-			return fmt.Errorf("%w: event %d: bad id %q", ErrInvalidEvent, i, e.ID)
-		}
-	}
-	return nil
-}
-
-// CheckCheckpoints validates checkpoints for SaveCheckpoints.
-func CheckCheckpoints(cps []Checkpoint) error {
-	for i, c := range cps {
-		if !ValidKey(c.Key) {
-			return fmt.Errorf("%w: checkpoint %d: bad key %q", ErrInvalidCheckpoint, i, c.Key)
-		}
-		if c.Epoch > math.MaxInt64 {
-			return fmt.Errorf("%w: checkpoint %d: epoch %d above MaxInt64", ErrInvalidCheckpoint, i, c.Epoch)
-		}
-	}
-	return nil
-}
-
-// FirstSeen marks, for each event, whether an earlier event of the same
-// slice has the same ID (dup[i] true), and returns the indexes of the first
-// occurrences in order. Backends use it so that a batch that repeats an ID
-// counts it once.
-func FirstSeen(events []Event) (first []int, dup []bool) {
-	dup = make([]bool, len(events))
-	first = make([]int, 0, len(events))
-	seen := make(map[string]struct{}, len(events))
-	for i, e := range events {
-		if _, ok := seen[e.ID]; ok {
-			dup[i] = true
-			continue
-		}
-		seen[e.ID] = struct{}{}
-		first = append(first, i)
-	}
-	return first, dup
-}
-
-// LatestCheckpoints keeps, per key, the Newest of cps (the last one wins a
-// tie), so that a batch upsert never touches a row twice.
-func LatestCheckpoints(cps []Checkpoint) []Checkpoint {
-	idx := make(map[string]int, len(cps))
-	out := make([]Checkpoint, 0, len(cps))
-	for _, c := range cps {
-		if i, ok := idx[c.Key]; ok {
-			if c.Newer(out[i]) {
-				out[i] = c
-			}
-			continue
-		}
-		idx[c.Key] = len(out)
-		out = append(out, c)
-	}
-	return out
-}
-
-// Row is the stored form of the new events of one key in one batch: their
-// sum, their latest At (Unix nanoseconds) and their count.
-type Row struct {
-	Key   string // counter key
-	Delta int64  // sum of the events' deltas
-	At    int64  // latest At, Unix nanoseconds
-	N     int64  // number of events
-}
-
-// Aggregate sums the events not marked dup into one Row per key, in order
-// of first appearance; an event with zero At counts as at now. A key whose
-// sum would overflow int64 gets a further row.
-func Aggregate(events []Event, dup []bool, now int64) []Row {
-	idx := make(map[string]int, 4)
-	var rows []Row
-	for i, e := range events {
-		if dup[i] {
-			continue
-		}
-		at := now
-		if !e.At.IsZero() {
-			at = e.At.UnixNano()
-		}
-		j, ok := idx[e.Key]
-		if ok {
-			r := &rows[j]
-			if s := r.Delta + e.Delta; (e.Delta > 0 && s < r.Delta) || (e.Delta < 0 && s > r.Delta) {
-				ok = false // overflow: start a new row for this key
-			} else {
-				r.Delta, r.At, r.N = s, max(r.At, at), r.N+1
-			}
-		}
-		if !ok {
-			idx[e.Key] = len(rows)
-			rows = append(rows, Row{Key: e.Key, Delta: e.Delta, At: at, N: 1})
-		}
-	}
-	return rows
-}
-
-// Unavailable wraps a backend error so that it matches store.ErrUnavailable
-// (and still matches err, e.g. context.DeadlineExceeded).
-func Unavailable(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: durable %s: %w", store.ErrUnavailable, op, err)
-}
-
-// Nanos converts t to Unix nanoseconds, the stored form of every time; the
-// zero time becomes math.MinInt64.
-func Nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MinInt64
-	}
-	return t.UnixNano()
-}
-
-// FromNanos converts stored Unix nanoseconds back to a time.Time (Nanos'
-// inverse).
-func FromNanos(ns int64) time.Time {
-	if ns == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
-}
-
-// Window returns d, or DefaultDedupWindow when d is zero; a negative d is
-// ErrInvalidConfig.
-func Window(d time.Duration) (time.Duration, error) {
-	switch {
-	case d < 0:
-		return 0, fmt.Errorf("%w: negative dedup window %v", ErrInvalidConfig, d)
-	case d == 0:
-		return DefaultDedupWindow, nil
-	}
-	return d, nil
 }

@@ -57,8 +57,12 @@ type ControllerConfig struct {
 	// BaseN for a key it has not resized.
 	Size func(ctx context.Context, key string) (int, error)
 	// BaseN returns key's configured N; keys never shrink below it (nor
-	// below Policy.MinN). nil means Policy.MinN.
+	// below Policy.MinN), but to one when HotRate sends them back cold.
+	// nil means Policy.MinN.
 	BaseN func(key string) int
+	// HotRate returns key's hot rate (see Policy.HotRate); nil means
+	// Policy.HotRate for every key.
+	HotRate func(key string) float64
 	// Interval is the evaluation period; 0 means DefaultInterval.
 	Interval time.Duration
 	// TopN is the number of top keys evaluated per period; 0 means
@@ -252,9 +256,12 @@ func (c *Controller) Evaluate(ctx context.Context) []Decision {
 		}
 		p := c.policy
 		p.MinN = min(max(p.MinN, base), p.MaxN)
+		if c.cfg.HotRate != nil {
+			p.HotRate = c.cfg.HotRate(key)
+		}
 		d := p.Decide(now, key, rate, cur, &st.KeyState)
 		st.n = cur
-		st.managed = cur > p.MinN || d.Action == ActionGrow
+		st.managed = cur > p.MinN || (p.HotRate > 0 && cur > 1) || d.Action == ActionGrow
 		h := HotKey{Key: key, Rate: rate, N: cur, Reason: d.Reason}
 		if d.Action != ActionNone && c.start(d) {
 			h.Resizing = true

@@ -54,6 +54,15 @@ type Policy struct {
 	// ShrinkBelow is the fraction of Budget, in (0, 1), under which a key
 	// is cooling; 0 means DefaultShrinkBelow.
 	ShrinkBelow float64
+	// HotRate, when set, splits keys into cold and hot: a cold key (one
+	// sub-counter) whose rate passes HotRate grows to MinN (or to the
+	// budget's target, if larger); a hot key whose rate stays below
+	// ShrinkBelow×HotRate for Hysteresis shrinks back to one. 0 means no
+	// such tiers: N stays within [MinN, MaxN].
+	HotRate float64
+	// NoBudget turns the budget off: N only moves between the tiers of
+	// HotRate (1 and MinN), never by the per-sub-counter rate.
+	NoBudget bool
 }
 
 // Action is what a Decision asks for.
@@ -136,6 +145,8 @@ func (p Policy) withDefaults() (Policy, error) {
 		return bad("Headroom must be at least 1, got %v", p.Headroom)
 	case !(p.ShrinkBelow > 0 && p.ShrinkBelow < 1):
 		return bad("ShrinkBelow must be in (0, 1), got %v", p.ShrinkBelow)
+	case !(p.HotRate >= 0) || math.IsInf(p.HotRate, 0):
+		return bad("HotRate must be a non-negative number, got %v", p.HotRate)
 	case p.Hysteresis < 0:
 		return bad("Hysteresis must not be negative, got %v", p.Hysteresis)
 	case p.MinN < 1 || p.MaxN > LimitN || p.MinN > p.MaxN:
@@ -184,6 +195,16 @@ func (p Policy) Decide(now time.Time, key string, rate float64, currentN int, st
 	n := max(currentN, 1)
 	per := rate / float64(n)
 	target := p.target(rate)
+	if p.HotRate > 0 {
+		if done := p.decideTier(now, rate, currentN, target, state, &d); done {
+			return d
+		}
+	}
+	if p.NoBudget {
+		state.CoolingSince = time.Time{}
+		d.Reason = fmt.Sprintf("hot: %.0f writes/s on %d sub-counters", rate, currentN)
+		return d
+	}
 	switch {
 	case per > p.Budget && target > currentN:
 		state.CoolingSince = time.Time{}
@@ -215,4 +236,43 @@ func (p Policy) Decide(now time.Time, key string, rate float64, currentN int, st
 		d.Reason = fmt.Sprintf("%.0f/s per sub-counter is within the budget of %.0f/s", per, p.Budget)
 	}
 	return d
+}
+
+// decideTier applies HotRate: it decides a cold key's growth and a hot
+// key's return to one sub-counter, and reports whether it decided (false:
+// the key is hot and stays hot; the budget decides the rest).
+func (p Policy) decideTier(now time.Time, rate float64, currentN, target int, state *KeyState, d *Decision) bool {
+	switch {
+	case currentN <= 1 && rate > p.HotRate && p.MinN > 1:
+		to := p.MinN
+		if !p.NoBudget {
+			to = max(to, target)
+		}
+		state.CoolingSince = time.Time{}
+		state.LastChange = now
+		d.Action, d.To = ActionGrow, to
+		d.Reason = fmt.Sprintf("%.0f writes/s passes the hot rate of %.0f/s: %d sub-counters", rate, p.HotRate, to)
+		return true
+	case currentN <= 1:
+		state.CoolingSince = time.Time{}
+		d.Reason = fmt.Sprintf("cold: %.0f writes/s, the hot rate is %.0f/s", rate, p.HotRate)
+		return true
+	case rate < p.ShrinkBelow*p.HotRate:
+		if state.CoolingSince.IsZero() || now.Before(state.CoolingSince) {
+			state.CoolingSince = now
+		}
+		cool := now.Sub(state.CoolingSince)
+		if cool < p.Hysteresis {
+			d.Reason = fmt.Sprintf("cooling for %v of %v: %.0f writes/s is under %.0f/s",
+				cool.Round(time.Millisecond), p.Hysteresis, rate, p.ShrinkBelow*p.HotRate)
+			return true
+		}
+		state.CoolingSince = time.Time{}
+		state.LastChange = now
+		d.Action, d.To = ActionShrink, 1
+		d.Reason = fmt.Sprintf("%.0f writes/s stayed under %.0f/s for %v: back to one sub-counter",
+			rate, p.ShrinkBelow*p.HotRate, cool.Round(time.Millisecond))
+		return true
+	}
+	return false
 }

@@ -34,6 +34,12 @@ const MaxKeyLen = 512
 // MaxN is the largest number of sub-counters (labels) a counter may have.
 const MaxN = 1024
 
+// ColdLabel is the label of the one sub-counter of a cold counter,
+// "{K#0}". Every counter's read set includes it and a write to it is
+// always counted, so a writer that does not know a counter's labels yet
+// can always send its increment there.
+const ColdLabel = "0"
+
 // ErrInvalidKey is wrapped by every key rejection; the wrapped message says
 // which rule the key broke.
 var ErrInvalidKey = errors.New("hotcount: invalid key")

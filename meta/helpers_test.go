@@ -79,6 +79,13 @@ func (d *fakeDurable) LoadMeta(_ context.Context, key string) ([]byte, error) {
 	return d.recs[key], nil
 }
 
+func (d *fakeDurable) DeleteMeta(_ context.Context, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.recs, key)
+	return nil
+}
+
 func (d *fakeDurable) LoadMetas(_ context.Context, keys []string) (map[string][]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

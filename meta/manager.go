@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,9 +35,14 @@ type Manager struct {
 
 // entry is one cached record.
 type entry struct {
-	m      Meta
-	at     time.Time // taken before the record was read
-	pinned bool      // a stored record, not derived defaults
+	m       Meta
+	readAll []string  // m.Read with keyspace.ColdLabel (what readers sum)
+	at      time.Time // taken before the record was read
+	pinned  bool      // a stored record, not derived defaults
+	stable  bool      // writers may use it: pinned, cold or naive defaults
+	gone    bool      // the record was dropped at at: a cache miss
+	subs    []string  // the sub-keys of m.Write, for writers
+	slots   []uint16  // their slots
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -62,10 +68,10 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 	now := m.cfg.Clock.Now()
 	if v, ok := m.cache.Load(key); ok {
 		e := v.(*entry)
-		// A writer needs pinned labels: defaults cached by a reader are
-		// not, and a slot migration may change them.
-		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || m.cfg.Naive) {
-			return e.m.Write, e.m.Read, nil
+		// A writer needs stable labels: placed defaults cached by a reader
+		// are not, since a slot migration may change them.
+		if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
+			return e.m.Write, e.readAll, nil
 		}
 	}
 	v, err, _ := m.flight.Do(key, func() (any, error) {
@@ -79,17 +85,71 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 		return nil, nil, err
 	}
 	mt := v.(Meta)
-	return mt.Write, mt.Read, nil
+	return mt.Write, m.withCold(mt.Read), nil
 }
 
-// ReadSets returns, for each of keys, the labels a reader sums and whether
-// the counter has a record. Records cached for less than the TTL are used
-// as they are; the others are read together, one pipelined round per node
-// (and, for counters the cache has no record of, one batched look-up in
-// the durable store, whose records are restored to the cache). A counter
-// without any record gets its default labels, which are neither pinned
-// nor cached: a read creates no state. The slices are shared: do not
-// modify them. Every key must be a valid counter key.
+// Cached returns key's write labels, their sub-keys and slots, when the
+// cache holds them fresh for a writer, with no round trip; ok is false
+// otherwise (the writer may then send its increment to
+// keyspace.ColdLabel, which every reader sums, and look the labels up in
+// the background). stale is true once the entry is past half its TTL: the
+// caller should Refresh it in the background, so that a busy counter's
+// labels never lapse. The slices are shared: do not modify them.
+func (m *Manager) Cached(key string) (write, subs []string, slots []uint16, stale, ok bool) {
+	v, found := m.cache.Load(key)
+	if !found {
+		return nil, nil, nil, false, false
+	}
+	e := v.(*entry)
+	if age := m.cfg.Clock.Now().Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
+		return e.m.Write, e.subs, e.slots, age >= m.cfg.TTL/2, true
+	}
+	return nil, nil, nil, false, false
+}
+
+// Refresh reads key's record again (pinning a warm counter's default
+// labels, as Labels does) and caches it, whatever the cache holds.
+func (m *Manager) Refresh(ctx context.Context, key string) error {
+	_, err, _ := m.flight.Do(key, func() (any, error) { return m.load(ctx, key, true) })
+	return err
+}
+
+// CachedReadSets returns the read sets of the keys the cache holds fresh
+// for readers, and the indexes of the others, with no round trip.
+func (m *Manager) CachedReadSets(keys []string) (read [][]string, missing []int) {
+	read = make([][]string, len(keys))
+	now := m.cfg.Clock.Now()
+	for i, k := range keys {
+		if v, ok := m.cache.Load(k); ok {
+			e := v.(*entry)
+			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || e.stable) {
+				read[i] = e.readAll
+				continue
+			}
+		}
+		missing = append(missing, i)
+	}
+	return read, missing
+}
+
+// withCold returns read with keyspace.ColdLabel added (shared when it is
+// there already). Naive label sets are used as they are.
+func (m *Manager) withCold(read []string) []string {
+	if m.cfg.Naive || slices.Contains(read, keyspace.ColdLabel) {
+		return read
+	}
+	return append(append(make([]string, 0, len(read)+1), keyspace.ColdLabel), read...)
+}
+
+// ReadSets returns, for each of keys, the labels a reader sums (always
+// with keyspace.ColdLabel) and whether the counter has a record. Records
+// cached for less than the TTL are used as they are; the others are read
+// together, one pipelined round per node (and, for counters the cache has
+// no record of, one batched look-up in the durable store, whose records
+// are restored to the cache). A counter without any record gets its
+// default labels, which are never pinned (a read creates no state) and are
+// cached only when they are stable (a cold counter's). The slices are
+// shared: do not modify them. Every key must be a valid counter key.
 func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string, found []bool, err error) {
 	read = make([][]string, len(keys))
 	found = make([]bool, len(keys))
@@ -98,8 +158,8 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 	for i, k := range keys {
 		if v, ok := m.cache.Load(k); ok {
 			e := v.(*entry)
-			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL {
-				read[i], found[i] = e.m.Read, e.pinned
+			if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && (e.pinned || e.stable) {
+				read[i], found[i] = e.readAll, e.pinned
 				continue
 			}
 		}
@@ -127,7 +187,7 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 			return nil, nil, fmt.Errorf("meta: record of %q: %w", keys[i], err)
 		}
 		m.put(keys[i], mt, now)
-		read[i], found[i] = mt.Read, true
+		read[i], found[i] = m.withCold(mt.Read), true
 	}
 	if len(lost) > 0 && m.cfg.Durable != nil {
 		lk := make([]string, len(lost))
@@ -149,7 +209,7 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 			if err != nil {
 				return nil, nil, err
 			}
-			read[miss[j]], found[miss[j]] = mt.Read, true
+			read[miss[j]], found[miss[j]] = m.withCold(mt.Read), true
 		}
 		lost = kept
 	}
@@ -158,7 +218,10 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 		if err != nil {
 			return nil, nil, err
 		}
-		read[miss[j]] = labels
+		if m.cold(mkeys[j]) {
+			m.put(mkeys[j], Meta{Write: labels, Read: labels}, now)
+		}
+		read[miss[j]] = m.withCold(labels)
 	}
 	return read, found, nil
 }
@@ -197,11 +260,14 @@ func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) 
 		if err != nil {
 			return Meta{}, err
 		}
-		if found || !pin || m.cfg.Naive {
+		if found || !pin || m.cfg.Naive || m.cold(key) {
 			m.put(key, mt, at)
 			return mt, nil
 		}
 		mt.Epoch = 1
+		if err := m.firstDeadline(ctx, key, &mt); err != nil {
+			return Meta{}, err
+		}
 		ok, err := m.b.CASMeta(ctx, key, 0, mt.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: pin labels of %q: %w", key, err)
@@ -263,11 +329,22 @@ func (m *Manager) defaults(ctx context.Context, key string) ([]string, error) {
 	if m.cfg.Naive {
 		return keyspace.NaiveLabels(n), nil
 	}
+	if m.cold(key) {
+		return coldSet, nil
+	}
 	t, err := m.topology(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return placement.Choose(t, key, n, nil), nil
+	return placement.Extend(t, key, coldSet, n, nil), nil
+}
+
+// coldSet is the label set of a cold counter.
+var coldSet = []string{keyspace.ColdLabel}
+
+// cold reports whether a counter of key without a record is cold.
+func (m *Manager) cold(key string) bool {
+	return m.cfg.Cold != nil && !m.cfg.Naive && m.cfg.Cold(key)
 }
 
 // topology returns the current slot map, or nil without a source.
@@ -283,7 +360,17 @@ func (m *Manager) topology(ctx context.Context) (*store.Topology, error) {
 }
 
 func (m *Manager) put(key string, mt Meta, at time.Time) {
-	m.cache.Store(key, &entry{m: mt, at: at, pinned: mt.Epoch > 0})
+	pinned := mt.Epoch > 0
+	e := &entry{m: mt, readAll: m.withCold(mt.Read), at: at, pinned: pinned,
+		stable: pinned || m.cfg.Naive || m.cold(key)}
+	if e.stable {
+		e.subs, e.slots = make([]string, len(mt.Write)), make([]uint16, len(mt.Write))
+		for i, l := range mt.Write {
+			e.subs[i] = keyspace.SubKey(key, l)
+			e.slots[i] = keyspace.Slot(e.subs[i])
+		}
+	}
+	m.store(key, e)
 	if m.fills.Add(1)%sweepEvery == 0 {
 		now := m.cfg.Clock.Now()
 		m.cache.Range(func(k, v any) bool {
@@ -293,6 +380,27 @@ func (m *Manager) put(key string, mt Meta, at time.Time) {
 			return true
 		})
 	}
+}
+
+// store caches e unless the cache holds something newer: a look-up that
+// started before a record was dropped must not bring it back.
+func (m *Manager) store(key string, e *entry) {
+	for {
+		old, loaded := m.cache.LoadOrStore(key, e)
+		if !loaded {
+			return
+		}
+		if old.(*entry).at.After(e.at) || m.cache.CompareAndSwap(key, old, e) {
+			return
+		}
+	}
+}
+
+// forgetDropped marks key's record as gone in the cache: later look-ups
+// read the backend, and ones that started earlier do not cache what they
+// read.
+func (m *Manager) forgetDropped(key string) {
+	m.store(key, &entry{at: m.cfg.Clock.Now(), gone: true})
 }
 
 func (m *Manager) mirror(ctx context.Context, key string, mt Meta) error {
@@ -327,6 +435,11 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 			return Meta{}, err
 		}
 		next.Epoch = cur.Epoch + 1
+		if cur.Epoch == 0 {
+			if err := m.firstDeadline(ctx, key, &next); err != nil {
+				return Meta{}, err
+			}
+		}
 		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, next.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: write %q: %w", key, err)
@@ -341,4 +454,82 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 		return next, nil
 	}
 	return Meta{}, fmt.Errorf("%w: %q", ErrConflict, key)
+}
+
+// firstDeadline gives a counter's first record the deadline Config.Deadline
+// says, unless the change set one.
+func (m *Manager) firstDeadline(ctx context.Context, key string, mt *Meta) error {
+	if m.cfg.Deadline == nil || mt.Deadline != 0 {
+		return nil
+	}
+	at, err := m.cfg.Deadline(ctx, key)
+	if err != nil {
+		return fmt.Errorf("meta: deadline of %q: %w", key, err)
+	}
+	if !at.IsZero() {
+		mt.Deadline = at.UnixMilli()
+	}
+	return nil
+}
+
+// SetDeadline records key's deadline in its record (zero: none). It
+// reports false, changing nothing, when the counter has no record (a cold
+// counter keeps its deadline on its one sub-counter).
+func (m *Manager) SetDeadline(ctx context.Context, key string, at time.Time) (bool, error) {
+	var ms int64
+	if !at.IsZero() {
+		ms = at.UnixMilli()
+	}
+	had := true
+	_, err := m.update(ctx, key, func(mt *Meta) error {
+		if mt.Epoch == 0 {
+			had = false
+			return errNoChange
+		}
+		if mt.Deadline == ms {
+			return errNoChange
+		}
+		mt.Deadline = ms
+		return nil
+	})
+	return had, err
+}
+
+// CachedDeadline returns the deadline of key's cached record (zero: none
+// or not cached).
+func (m *Manager) CachedDeadline(key string) time.Time {
+	if v, ok := m.cache.Load(key); ok {
+		if d := v.(*entry).m.Deadline; d != 0 {
+			return time.UnixMilli(d)
+		}
+	}
+	return time.Time{}
+}
+
+// Drop deletes key's record, whatever it holds, from the cache and the
+// durable store (a counter that expired, or is gone). It reports whether
+// there was one.
+func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
+	for range casAttempts {
+		cur, found, err := m.fetch(ctx, key)
+		if err != nil || !found {
+			m.forgetDropped(key)
+			return false, err
+		}
+		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)
+		if err != nil {
+			return false, fmt.Errorf("meta: drop the record of %q: %w", key, err)
+		}
+		if !ok {
+			continue
+		}
+		m.forgetDropped(key)
+		if m.cfg.Durable != nil {
+			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
+				return true, fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
+			}
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: dropping the record of %q", ErrConflict, key)
 }

@@ -51,6 +51,12 @@ type Meta struct {
 	Read []string `json:"read"`
 	// Folds is the journal of folds in progress.
 	Folds []FoldState `json:"folds,omitempty"`
+	// Deadline is when the counter expires, in Unix milliseconds; 0 means
+	// never. From then on readers take it as gone. Its sub-counters are
+	// removed by the cache store.DeadlineGrace later and the record itself
+	// 2×store.DeadlineGrace later, so that a reader never sees the record
+	// gone while sub-counters remain.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // FoldState is one journaled fold: moving the value of From into To.
@@ -92,6 +98,7 @@ const (
 	StepOut       Step = "out"        // (c) one FoldOut done
 	StepIn        Step = "in"         // (d) one FoldIn done
 	StepRetired   Step = "retired"    // (f) folded labels removed from Read
+	StepDropped   Step = "dropped"    // a cold counter's record deleted
 )
 
 // Backend is the cache operations the protocol needs. *mem.Store and
@@ -105,7 +112,9 @@ type Backend interface {
 	GetMetas(ctx context.Context, keys []string) ([][]byte, error)
 	// CASMeta stores data as key's record if the stored record's epoch
 	// equals epoch (0: only if there is no record), atomically. data is a
-	// JSON object whose first member is "epoch", a decimal integer.
+	// JSON object whose first member is "epoch", a decimal integer. nil
+	// data deletes the record (if its epoch matches). A record with a
+	// "deadline" member (Unix ms) expires 2×store.DeadlineGrace after it.
 	CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error)
 	// FoldOut moves the value out of sub-counter label of key, once per
 	// foldID: see step (c) in the package documentation.
@@ -127,6 +136,8 @@ type Durable interface {
 	// LoadMetas returns the records of many counters; counters without
 	// one are absent from the map.
 	LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error)
+	// DeleteMeta removes the record of counter key (none is fine).
+	DeleteMeta(ctx context.Context, key string) error
 }
 
 // Config configures a Manager. The zero value of every field is a
@@ -154,6 +165,15 @@ type Config struct {
 	// Naive uses keyspace.NaiveLabels for counters without a record
 	// instead of placed labels (such defaults are not pinned).
 	Naive bool
+	// Deadline returns the deadline a counter's first record takes (the
+	// deadline of its cold sub-counter, or a new counter's from its
+	// namespace's TTL); zero means none. nil means none.
+	Deadline func(ctx context.Context, key string) (time.Time, error)
+	// Cold reports whether a counter without a record is cold: one
+	// sub-counter, keyspace.ColdLabel, and no record until it grows. nil
+	// means no counter is: a counter without a record gets DefaultN placed
+	// labels (ColdLabel first), pinned by its first writer.
+	Cold func(key string) bool
 	// Durable, when set, mirrors every record.
 	Durable Durable
 	// MaxRounds bounds the fold-out/fold-in rounds of one fold; 0 means
@@ -235,12 +255,9 @@ func decode(data []byte) (Meta, error) {
 
 // clone returns a deep copy of m.
 func (m Meta) clone() Meta {
-	return Meta{
-		Epoch: m.Epoch,
-		Write: slices.Clone(m.Write),
-		Read:  slices.Clone(m.Read),
-		Folds: slices.Clone(m.Folds),
-	}
+	c := m
+	c.Write, c.Read, c.Folds = slices.Clone(m.Write), slices.Clone(m.Read), slices.Clone(m.Folds)
+	return c
 }
 
 // union returns a followed by the elements of b not in a.

@@ -38,6 +38,26 @@ func (m *Manager) Resize(ctx context.Context, key string, n int) error {
 	case n > len(cur.Write):
 		add := placement.Extend(t, key, cur.Write, n, nil)[len(cur.Write):]
 		return m.grow(ctx, key, add)
+	case n == 1 && !slices.Equal(cur.Write, coldSet):
+		// Back to one sub-counter: always keyspace.ColdLabel, so that a
+		// cold counter needs no record.
+		if !slices.Contains(cur.Write, keyspace.ColdLabel) {
+			if err := m.grow(ctx, key, coldSet); err != nil {
+				return err
+			}
+			if cur, err = m.load(ctx, key, false); err != nil {
+				return err
+			}
+		}
+		removed := minus(cur.Write, coldSet)
+		into := make([]string, len(removed))
+		for i := range into {
+			into[i] = keyspace.ColdLabel
+		}
+		if err := m.fold(ctx, key, removed, into); err != nil {
+			return err
+		}
+		return m.dropCold(ctx, key)
 	case n < len(cur.Write):
 		keep := placement.Keep(t, key, cur.Write, n)
 		removed := minus(cur.Write, keep)
@@ -46,8 +66,44 @@ func (m *Manager) Resize(ctx context.Context, key string, n int) error {
 			into[i] = keep[i%len(keep)]
 		}
 		return m.fold(ctx, key, removed, into)
+	case n == 1:
+		return m.dropCold(ctx, key)
 	}
 	return nil
+}
+
+// dropCold deletes the record of a cold counter whose labels are back to
+// keyspace.ColdLabel alone (the record then says what having none says),
+// in the cache and in the durable store.
+func (m *Manager) dropCold(ctx context.Context, key string) error {
+	if !m.cold(key) {
+		return nil
+	}
+	for range casAttempts {
+		cur, found, err := m.fetch(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !found || !slices.Equal(cur.Write, coldSet) || !slices.Equal(cur.Read, coldSet) || len(cur.Folds) > 0 {
+			return nil
+		}
+		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)
+		if err != nil {
+			return fmt.Errorf("meta: drop the record of %q: %w", key, err)
+		}
+		if !ok {
+			continue
+		}
+		m.forgetDropped(key)
+		if m.cfg.Durable != nil {
+			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
+				return fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
+			}
+		}
+		m.cfg.OnStep(key, StepDropped)
+		return nil
+	}
+	return fmt.Errorf("%w: dropping the record of %q", ErrConflict, key)
 }
 
 // grow adds labels to the read set, waits one TTL, and adds them to the

@@ -12,7 +12,7 @@ import (
 // listed with its reason in /v1/hotkeys, and the key's N follows.
 func TestHotKeysShowAutoNDecisions(t *testing.T) {
 	ctx := context.Background()
-	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 2}, Meta: hotcount.MetaConfig{TTL: 10 * time.Millisecond}, AutoN: hotcount.AutoNConfig{Enabled: true, Budget: 5, MaxN: 8}})
+	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 2, NoColdStart: true}, Meta: hotcount.MetaConfig{TTL: 10 * time.Millisecond}, AutoN: hotcount.AutoNConfig{Enabled: true, Budget: 5, MaxN: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}

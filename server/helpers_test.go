@@ -21,7 +21,8 @@ func newClient(t testing.TB) *hotcount.Client {
 	t.Helper()
 	c, err := hotcount.New(context.Background(), hotcount.Config{
 		// resizes wait this out
-		Namespaces: []hotcount.Namespace{{Prefix: "one:", N: 1}},
+		Defaults:   hotcount.Namespace{NoColdStart: true},
+		Namespaces: []hotcount.Namespace{{Prefix: "one:", N: 1}, {Prefix: "cold:"}},
 		Reads:      hotcount.ReadConfig{NoCache: true},
 		Meta:       hotcount.MetaConfig{TTL: 10 * time.Millisecond},
 	})

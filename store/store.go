@@ -81,6 +81,24 @@ type IncrOp struct {
 	TokenKey string
 	// TTL is how long the token is remembered; zero means DefaultTokenTTL.
 	TTL time.Duration
+	// ExpireAt, when not zero, is given to Key as its deadline if it has
+	// none (Redis PEXPIREAT … NX), in the same atomic step.
+	ExpireAt time.Time
+}
+
+// DeadlineGrace is how long after a sharded counter's deadline the cache
+// keeps its sub-counters, and, twice as long, its metadata record: readers
+// take the counter as gone at the deadline, and the record outlives every
+// sub-counter, so no reader sums part of an expired counter. It bounds the
+// clock skew allowed between processes and cache nodes.
+const DeadlineGrace = time.Minute
+
+// Deadline is what a store knows of a key's life.
+type Deadline struct {
+	// Exists reports whether the key holds a value.
+	Exists bool
+	// At is the key's deadline; zero when it has none.
+	At time.Time
 }
 
 // IncrResult is the outcome of one IncrOp.

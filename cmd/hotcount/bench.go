@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,15 +19,18 @@ import (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench", stdout, stderr)
 	var c bench.Config
-	var redis, key, mode, compare string
+	var redis, key, mode, compare, ns, svg, rate string
 	var asJSON bool
+	calibrate := bench.DefaultCalibrate
 	fs.StringVar(&redis, "redis", "", "Redis seed addresses, comma-separated (empty: one embedded store shared by the instances)")
 	fs.StringVar(&key, "key", "", "counter key; each run writes KEY:MODE:RUNID (required)")
 	fs.StringVar(&mode, "mode", "", "single, sharded, buffered or combined")
 	fs.StringVar(&compare, "compare", "", "modes to run alternately and compare, e.g. single,sharded,buffered,combined")
-	fs.IntVar(&c.N, "n", bench.DefaultN, "sub-counters in sharded and combined mode")
+	fs.StringVar(&ns, "n", strconv.Itoa(bench.DefaultN), "sub-counters in sharded and combined mode; several, e.g. 1,2,4,8, run those modes once per value")
 	fs.IntVar(&c.Procs, "procs", bench.DefaultProcs, "independent client instances")
-	fs.Float64Var(&c.Rate, "rate", 0, "increments per second over all instances (0: as fast as they can)")
+	fs.StringVar(&rate, "rate", "0", "increments per second over all instances, offered open-loop, or a multiple of the calibrated ceiling, e.g. 4x (0: as fast as they can)")
+	fs.DurationVar(&calibrate, "calibrate", calibrate, "with --redis, first measure one node's single-key INCR ceiling for this long (0: skip)")
+	fs.StringVar(&svg, "svg", "", "write an SVG chart of the achieved rate against N to this file")
 	fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "how long each mode is driven")
 	fs.DurationVar(&c.Flush, "flush", bench.DefaultFlush, "flush interval of the buffered modes")
 	fs.IntVar(&c.Rounds, "rounds", 0, "rounds the modes alternate in (0: 1 for one mode, 3 with --compare)")
@@ -42,8 +47,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usagef(stderr, "bench: give --mode or --compare")
 	case mode != "" && compare != "":
 		return usagef(stderr, "bench: --mode and --compare are exclusive")
-	case c.N < 1:
-		return usagef(stderr, "bench: --n must be at least 1, got %d", c.N)
 	case c.Procs < 1:
 		return usagef(stderr, "bench: --procs must be at least 1, got %d", c.Procs)
 	case c.Duration <= 0:
@@ -52,6 +55,29 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usagef(stderr, "bench: --flush must be positive, got %v", c.Flush)
 	case c.Rounds < 0 || c.Workers < 0:
 		return usagef(stderr, "bench: --rounds and --workers must not be negative")
+	case calibrate < 0:
+		return usagef(stderr, "bench: --calibrate must not be negative, got %v", calibrate)
+	}
+	if x, ok := strings.CutSuffix(rate, "x"); ok {
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil || !(v > 0) {
+			return usagef(stderr, "bench: --rate %q: want increments per second or a positive multiple of the ceiling, e.g. 4x", rate)
+		}
+		if redis == "" || calibrate == 0 {
+			return usagef(stderr, "bench: --rate %s needs --redis and the calibration (--calibrate)", rate)
+		}
+		c.RateCeilings = v
+	} else if v, err := strconv.ParseFloat(rate, 64); err != nil || v < 0 || v != v {
+		return usagef(stderr, "bench: --rate %q: want increments per second or a multiple of the ceiling, e.g. 4x", rate)
+	} else {
+		c.Rate = v
+	}
+	for _, f := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return usagef(stderr, "bench: --n takes sub-counter counts of at least 1, e.g. 8 or 1,2,4,8; got %q", ns)
+		}
+		c.Ns = append(c.Ns, n)
 	}
 	modes, err := bench.ParseModes(mode + compare)
 	if err != nil {
@@ -61,6 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usagef(stderr, "bench: --mode takes one mode (use --compare for several)")
 	}
 	c.Key, c.Modes, c.Redis = key, modes, splitAddrs(redis)
+	if len(c.Redis) > 0 {
+		c.Calibrate = calibrate
+	}
 	if err := c.Validate(); err != nil {
 		return usagef(stderr, "%v", err)
 	}
@@ -77,8 +106,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if errors.Is(err, bench.ErrConfig) {
 		return usagef(stderr, "%v", err)
 	}
-	if rep != nil && len(rep.Runs) > 0 {
+	if rep != nil && (len(rep.Runs) > 0 || rep.Calibration != nil) {
 		if code := printBenchReport(stdout, stderr, rep, asJSON); code != exitOK {
+			return code
+		}
+	}
+	if svg != "" && rep != nil && len(rep.Runs) > 0 {
+		if code := writeBenchSVG(svg, stderr, rep); code != exitOK {
 			return code
 		}
 	}
@@ -103,6 +137,18 @@ func printBenchReport(stdout, stderr io.Writer, rep *bench.Report, asJSON bool) 
 	}
 	if err := rep.WriteText(stdout); err != nil {
 		return failf(stderr, "bench: writing the report: %v", err)
+	}
+	return exitOK
+}
+
+// writeBenchSVG writes the report's chart to file.
+func writeBenchSVG(file string, stderr io.Writer, rep *bench.Report) int {
+	var b bytes.Buffer
+	if err := rep.WriteSVG(&b); err != nil {
+		return failf(stderr, "bench: --svg: %v", err)
+	}
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
+		return failf(stderr, "bench: --svg: %v", err)
 	}
 	return exitOK
 }

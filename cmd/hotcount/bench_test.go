@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +32,13 @@ func TestBenchBadFlags(t *testing.T) {
 		{"--key", "a{b}", "--mode", "single"},
 		{"--key", "k", "--mode", "single", "--nosuchflag"},
 		{"--key", "k", "--mode", "single", "extra"},
+		{"--key", "k", "--mode", "single", "--rate", "4x"}, // no --redis: no calibration
+		{"--key", "k", "--mode", "single", "--rate", "0x", "--redis", "127.0.0.1:1"},
+		{"--key", "k", "--mode", "single", "--rate", "fast"},
+		{"--key", "k", "--mode", "single", "--redis", "127.0.0.1:1", "--rate", "4x", "--calibrate", "0s"},
+		{"--key", "k", "--mode", "single", "--calibrate", "-1s"},
+		{"--key", "k", "--mode", "sharded", "--n", "1,2,2"},
+		{"--key", "k", "--mode", "sharded", "--n", "1,x"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(t.Context(), append([]string{"bench"}, args...), &out, &errb)
@@ -40,9 +51,13 @@ func TestBenchBadFlags(t *testing.T) {
 
 // benchJSON is the part of the JSON report the tests look at.
 type benchJSON struct {
-	Backend   string   `json:"backend"`
-	Primaries []string `json:"primaries"`
-	Runs      []struct {
+	Backend     string   `json:"backend"`
+	Primaries   []string `json:"primaries"`
+	Calibration *struct {
+		Node       string  `json:"node"`
+		IncrPerSec float64 `json:"incr_per_sec"`
+	} `json:"calibration"`
+	Runs []struct {
 		Mode              string           `json:"mode"`
 		IncrPerSec        float64          `json:"incr_per_sec"`
 		CacheWritesPerSec float64          `json:"cache_writes_per_sec"`
@@ -110,7 +125,7 @@ func TestBenchTextEmbedded(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
-	for _, want := range []string{"mode", "incr/s", "writes/s", "sharded", "true", "writes by node", "embedded backend"} {
+	for _, want := range []string{"mode", "achieved/s", "writes/s", "sharded", "true", "writes by node", "embedded backend", "offered open-loop"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, out.String())
 		}
@@ -131,9 +146,12 @@ func TestBenchRedisStandalone(t *testing.T) {
 	}
 	t.Cleanup(func() { n.Stop() })
 	rep, _ := runBenchJSON(t, "--redis", n.Addr, "--key", "cli:redis", "--mode", "buffered",
-		"--procs", "3", "--rate", "3000", "--duration", "500ms", "--flush", "100ms")
+		"--procs", "3", "--rate", "3000", "--duration", "500ms", "--flush", "100ms", "--calibrate", "300ms")
 	if rep.Backend != "redis" || len(rep.Primaries) != 1 || len(rep.Runs) != 1 {
 		t.Fatalf("report %+v", rep)
+	}
+	if c := rep.Calibration; c == nil || c.Node != n.Addr || c.IncrPerSec <= 0 {
+		t.Errorf("calibration %+v, want one of %s", c, n.Addr)
 	}
 	r := rep.Runs[0]
 	if r.Exact == nil || !*r.Exact || r.Sent == 0 || r.MaxNodeShare != 1 || r.WritesByNode[n.Addr] == 0 {
@@ -142,5 +160,43 @@ func TestBenchRedisStandalone(t *testing.T) {
 	// Roughly 3 instances × 5 flushes: far fewer writes than increments.
 	if w := r.CacheWritesPerSec * float64(time.Second/(500*time.Millisecond)) / 2; w > float64(r.Sent)/20 {
 		t.Errorf("%.1f writes/s for %d increments", r.CacheWritesPerSec, r.Sent)
+	}
+}
+
+// TestBenchSweepSVG runs a sweep over N on the embedded store and checks
+// the chart it writes: well-formed SVG with one point per N.
+func TestBenchSweepSVG(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chart.svg")
+	var out, errb bytes.Buffer
+	code := run(t.Context(), []string{"bench", "--key", "cli:svg", "--compare", "single,sharded", "--n", "1,2,4",
+		"--procs", "2", "--rate", "1000", "--duration", "300ms", "--rounds", "1", "--svg", file}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	for _, want := range []string{"sharded n=1", "sharded n=4"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, out.String())
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(b))
+	circles := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v\n%s", err, b)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "circle" {
+			circles++
+		}
+	}
+	if circles != 3 { // sharded n=1 (single's point too), 2, 4
+		t.Errorf("%d points, want 3:\n%s", circles, b)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/hotcount/hotcount/internal/cgroup"
 	"github.com/hotcount/hotcount/internal/testenv"
 )
 
@@ -22,9 +24,12 @@ const (
 const clusterUsage = `Usage: hotcount cluster <up|down|status> [flags]
 
   up      start a local Redis Cluster of redis-server processes that keep
-          running after this command; prints the seed addresses
-  down    stop the cluster started in --dir
-  status  show the nodes of the cluster in --dir (exit 1 unless healthy)
+          running after this command; prints the seed addresses. With
+          --node-cpu 10% each node runs under its own CPU quota (a cgroup),
+          so that nodes on one machine have a known, limited capacity
+  down    stop the cluster started in --dir and remove its CPU groups
+  status  show the nodes of the cluster in --dir and their CPU quotas
+          (exit 1 unless healthy)
 
 Run 'hotcount cluster <subcommand> --help' for its flags.
 
@@ -59,6 +64,7 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	port := fs.Int("port", 0, "port of the first node; nodes use port..port+n-1 (0 picks free ports)")
 	primaries := fs.Int("primaries", 3, "number of primaries")
 	replicas := fs.Int("replicas", 1, "replicas per primary")
+	nodeCPU := fs.String("node-cpu", "", "CPU quota of each node as a share of one CPU, e.g. 10% (a cgroup per node; needs root or a delegated cgroup)")
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -73,6 +79,20 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	n := *primaries * (1 + *replicas)
 	if *port < 0 || (*port > 0 && *port+n-1+10000 > 65535) {
 		return usagef(stderr, "cluster up: --port %d does not leave room for %d nodes and their bus ports (port+10000)", *port, n)
+	}
+	var quota cgroup.Quota
+	var hier cgroup.Hierarchy
+	absDir, err := filepath.Abs(*dir)
+	if err != nil {
+		return failf(stderr, "cluster up: %v", err)
+	}
+	if *nodeCPU != "" {
+		if quota, err = cgroup.ParseCPU(*nodeCPU); err != nil {
+			return usagef(stderr, "cluster up: --node-cpu: %v", err)
+		}
+		if hier, err = prepareCaps(absDir); err != nil {
+			return failf(stderr, "cluster up: --node-cpu %s: %v", *nodeCPU, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterUpTimeout)
 	defer cancel()
@@ -89,12 +109,30 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return failf(stderr, "cluster up: %v", err)
 	}
+	if *nodeCPU != "" {
+		if err := capNodes(c, absDir, hier, *nodeCPU, quota); err != nil {
+			downErr := testenv.Down(absDir)
+			_, rmErr := removeCaps(absDir)
+			return failf(stderr, "cluster up: --node-cpu %s: %v (the cluster was stopped%s)", *nodeCPU, err, cleanupNote(errors.Join(downErr, rmErr)))
+		}
+	}
 	seeds := c.Seeds()
 	for _, s := range seeds {
 		fmt.Fprintln(stdout, s)
 	}
+	if *nodeCPU != "" {
+		fmt.Fprintf(stdout, "cpu: each node capped at %v of one CPU (%v)\n", quota, hier)
+	}
 	fmt.Fprintf(stdout, "seeds: %s\n", strings.Join(seeds, ","))
 	return exitOK
+}
+
+// cleanupNote describes a failed clean-up for an error message.
+func cleanupNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "; cleaning up also failed: " + err.Error()
 }
 
 func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -107,15 +145,32 @@ func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) 
 		return usagef(stderr, "cluster down: --dir must not be empty")
 	}
 	err := testenv.Down(*dir)
-	if errors.Is(err, testenv.ErrNoCluster) {
-		fmt.Fprintf(stdout, "no cluster in %s\n", *dir)
-		return exitOK
-	}
-	if err != nil {
+	noCluster := errors.Is(err, testenv.ErrNoCluster)
+	if err != nil && !noCluster {
 		return failf(stderr, "cluster down: %v", err)
 	}
-	fmt.Fprintf(stdout, "stopped the cluster in %s\n", *dir)
+	hadCaps, err := removeCaps(*dir)
+	if err != nil {
+		return failf(stderr, "cluster down: removing the CPU groups: %v", err)
+	}
+	switch {
+	case noCluster && hadCaps:
+		fmt.Fprintf(stdout, "no cluster in %s; removed its CPU groups\n", *dir)
+	case noCluster:
+		fmt.Fprintf(stdout, "no cluster in %s\n", *dir)
+	case hadCaps:
+		fmt.Fprintf(stdout, "stopped the cluster in %s and removed its CPU groups\n", *dir)
+	default:
+		fmt.Fprintf(stdout, "stopped the cluster in %s\n", *dir)
+	}
 	return exitOK
+}
+
+// clusterStatusJSON is cluster status --json: testenv's status with the
+// nodes' CPU caps, when the cluster has any.
+type clusterStatusJSON struct {
+	*testenv.ClusterStatus
+	CPU *cpuStatus `json:"cpu,omitempty"`
 }
 
 func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -137,14 +192,31 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return failf(stderr, "cluster status: %v", err)
 	}
+	caps, err := readCaps(*dir)
+	if err != nil {
+		return failf(stderr, "cluster status: %v", err)
+	}
+	out := clusterStatusJSON{ClusterStatus: st}
+	if caps != nil {
+		pids := map[string]int{}
+		for _, n := range st.Nodes {
+			pids[n.Addr] = n.PID
+		}
+		out.CPU = capStatus(caps, pids)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(st); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return failf(stderr, "cluster status: %v", err)
 		}
 	} else {
 		fmt.Fprint(stdout, st.Text())
+		if out.CPU != nil {
+			fmt.Fprint(stdout, out.CPU.text())
+		} else {
+			fmt.Fprintln(stdout, "cpu caps: none (started without --node-cpu)")
+		}
 	}
 	if st.State != "ok" {
 		return exitFailure

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,6 +102,9 @@ func TestClusterBadUsage(t *testing.T) {
 		{"cluster", "up", "extra"},
 		{"cluster", "down", "--nope"},
 		{"cluster", "status", "--json=maybe"},
+		{"cluster", "up", "--node-cpu", "10"},
+		{"cluster", "up", "--node-cpu", "0%"},
+		{"cluster", "up", "--node-cpu", "lots%"},
 	} {
 		code, out, errOut := clusterCLI(t, ctx, args...)
 		if code != exitUsage {
@@ -115,5 +119,68 @@ func TestClusterBadUsage(t *testing.T) {
 	}
 	if code, out, _ := clusterCLI(t, ctx, "cluster", "up", "--help"); code != exitOK || !strings.Contains(out, "-primaries") || !strings.Contains(out, "Examples:") {
 		t.Errorf("cluster up --help: exit %d, stdout %q", code, out)
+	}
+}
+
+// TestClusterCPUCaps starts a one-node cluster with --node-cpu 10% and
+// checks that the node runs in its own group under that quota, that
+// status shows it, and that down removes the group. It skips, saying why,
+// where this process may not create CPU groups.
+func TestClusterCPUCaps(t *testing.T) {
+	if _, err := testenv.RedisServer(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cluster")
+	h, err := prepareCaps(dir)
+	if err != nil {
+		t.Skipf("no CPU caps here: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	t.Cleanup(func() { testenv.Down(dir); removeCaps(dir) }) // in case the test fails before down
+
+	code, out, errOut := clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--primaries", "1", "--replicas", "0", "--node-cpu", "10%")
+	if code != exitOK {
+		t.Fatalf("cluster up --node-cpu: exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "cpu: each node capped at 10% (10ms per 100ms)") {
+		t.Errorf("cluster up printed %q, want the cap", out)
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir, "--json")
+	if code != exitOK {
+		t.Fatalf("cluster status --json: exit %d, stderr %q", code, errOut)
+	}
+	var st clusterStatusJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.CPU == nil || len(st.CPU.Nodes) != 1 {
+		t.Fatalf("cluster status --json = %q (%v), want one capped node", out, err)
+	}
+	n := st.CPU.Nodes[0]
+	if n.Quota != "10% (10ms per 100ms)" || n.Share != 0.1 || !n.InGroup || n.Error != "" {
+		t.Errorf("node cap = %+v, want 10%% with the node's process in the group", n)
+	}
+	// The kernel's own view of the group.
+	q, limited, err := h.Quota(n.Group)
+	if err != nil || !limited || q.Max != 10*time.Millisecond || q.Period != 100*time.Millisecond {
+		t.Errorf("group %s: quota %v limited %v, %v", n.Group, q, limited, err)
+	}
+	pid := st.Nodes[0].PID
+	if procs, err := h.Procs(n.Group); err != nil || len(procs) != 1 || procs[0] != pid {
+		t.Errorf("group %s holds %v (%v), want the node's pid %d", n.Group, procs, err, pid)
+	}
+	code, out, _ = clusterCLI(t, ctx, "cluster", "status", "--dir", dir)
+	if code != exitOK || !strings.Contains(out, "10% (10ms per 100ms)") || !strings.Contains(out, n.Group) {
+		t.Errorf("cluster status: exit %d, stdout %q", code, out)
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
+	if code != exitOK || !strings.Contains(out, "removed its CPU groups") {
+		t.Fatalf("cluster down: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(h.Mount, filepath.FromSlash(n.Group))); !os.IsNotExist(err) {
+		t.Errorf("group %s still exists after down (%v)", n.Group, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, cpuCapsFile)); !os.IsNotExist(err) {
+		t.Errorf("%s still exists after down (%v)", cpuCapsFile, err)
 	}
 }

@@ -54,6 +54,12 @@ const (
 	defaultMode = "fast"
 	// defaultLogFormat is the format of the log on stderr.
 	defaultLogFormat = "text"
+	// defaultRESPListen is where `hotcount proxy` serves the Redis
+	// protocol: loopback only.
+	defaultRESPListen = "127.0.0.1:6380"
+	// defaultAdminListen is the HTTP admin port of `hotcount proxy`
+	// (/metrics, /healthz, /readyz); "off" turns it off.
+	defaultAdminListen = "127.0.0.1:7071"
 )
 
 // errInvalidConfig is wrapped by every configuration error.
@@ -84,12 +90,17 @@ const (
 	setRedisKey      = "redis_tls_key"
 	setRedisSNI      = "redis_tls_server_name"
 	setFile          = "config"
+	// The settings of `hotcount proxy`.
+	setRESPListen   = "resp_listen"
+	setAdminListen  = "admin_listen"
+	setRESPPassword = "resp_password"
 )
 
 // settingNames lists the settings that flags and environment variables may set.
 var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setTokenFile,
 	setMetricsPublic, setDashboard, setLogFormat, setAccessLog, setTLSCert, setTLSKey,
-	setRedisUser, setRedisPass, setRedisPassFile, setRedisTLS, setRedisCA, setRedisCert, setRedisKey, setRedisSNI, setFile}
+	setRedisUser, setRedisPass, setRedisPassFile, setRedisTLS, setRedisCA, setRedisCert, setRedisKey, setRedisSNI, setFile,
+	setRESPListen, setAdminListen, setRESPPassword}
 
 // flagName is the command-line flag of a setting: dashes for underscores.
 func flagName(setting string) string { return strings.ReplaceAll(setting, "_", "-") }
@@ -136,6 +147,14 @@ type serveConfig struct {
 	Namespaces []nsConfig `yaml:"namespaces"`
 	// autoNConfig, when present, turns automatic N on (file only).
 	AutoN *autoNConfig `yaml:"auto_n"`
+	// RESPListen is the host:port `hotcount proxy` serves Redis clients on.
+	RESPListen string `yaml:"resp_listen"`
+	// AdminListen is the host:port of the proxy's HTTP admin port, or
+	// "off".
+	AdminListen string `yaml:"admin_listen"`
+	// RESPPassword, when set, is the password Redis clients of the proxy
+	// must AUTH with (not a Redis credential).
+	RESPPassword string `yaml:"resp_password"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -177,12 +196,22 @@ type nsConfig struct {
 	// ReadCacheTTL is how long a summed read is cached ("1s"); 0 means the
 	// library default.
 	ReadCacheTTL time.Duration `yaml:"read_cache_ttl"`
+	// ColdStart false gives every counter n sub-counters from its first
+	// write; nil or true start counters cold (one key) until they are hot.
+	ColdStart *bool `yaml:"cold_start"`
+	// HotRate is the cache writes/s past which a cold counter grows to n;
+	// 0 means the library default.
+	HotRate float64 `yaml:"hot_rate"`
+	// Reply is what `hotcount proxy` answers to INCR on the namespace's
+	// keys: "estimate" (the default) or "exact" (a fresh summed read).
+	Reply string `yaml:"reply"`
 }
 
 // namespace returns the library's settings of the namespace.
 func (n nsConfig) namespace() hotcount.Namespace {
 	return hotcount.Namespace{Prefix: n.Prefix, N: n.N, Mode: hotcount.Mode(n.Mode), Buffered: n.Buffered != nil && *n.Buffered,
-		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL}
+		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL,
+		NoColdStart: n.ColdStart != nil && !*n.ColdStart, HotRate: n.HotRate}
 }
 
 // loadConfig merges defaults, the YAML file, the environment and flags. flags
@@ -217,6 +246,7 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 			setLogFormat: cfg.LogFormat != "", setAccessLog: cfg.AccessLog, setTLSCert: cfg.TLSCert != "", setTLSKey: cfg.TLSKey != "",
 			setRedisUser: rs.Username != "", setRedisPass: rs.Password != "", setRedisPassFile: rs.PasswordFile != "",
 			setRedisTLS: rs.TLS, setRedisCA: rs.CA != "", setRedisCert: rs.Cert != "", setRedisKey: rs.Key != "", setRedisSNI: rs.ServerName != "",
+			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != "",
 			"tokens": len(cfg.Tokens) > 0, "namespaces": len(cfg.Namespaces) > 0, "auto_n": cfg.AutoN != nil} {
 			if set {
 				cfg.Sources[name] = fileSrc
@@ -244,7 +274,7 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 // set sets one setting from its text (a flag or an environment variable).
 func (c *serveConfig) set(name, v string) error {
 	str := map[string]*string{setListen: &c.Listen, setPostgres: &c.Postgres, setData: &c.Data, setMode: &c.Mode,
-		setToken: &c.Token, setTokenFile: &c.TokenFile, setLogFormat: &c.LogFormat, setTLSCert: &c.TLSCert, setTLSKey: &c.TLSKey,
+		setToken: &c.Token, setTokenFile: &c.TokenFile, setRESPListen: &c.RESPListen, setAdminListen: &c.AdminListen, setRESPPassword: &c.RESPPassword, setLogFormat: &c.LogFormat, setTLSCert: &c.TLSCert, setTLSKey: &c.TLSKey,
 		setRedisUser: &c.RedisSecurity.Username, setRedisPass: &c.RedisSecurity.Password, setRedisPassFile: &c.RedisSecurity.PasswordFile,
 		setRedisCA: &c.RedisSecurity.CA, setRedisCert: &c.RedisSecurity.Cert, setRedisKey: &c.RedisSecurity.Key, setRedisSNI: &c.RedisSecurity.ServerName}
 	boolean := map[string]*bool{setMetricsPublic: &c.MetricsPublic, setAccessLog: &c.AccessLog, setRedisTLS: &c.RedisSecurity.TLS}
@@ -317,6 +347,8 @@ func (c *serveConfig) applyDefaults() {
 		on := true
 		c.Dashboard = &on
 	}
+	def(setRESPListen, &c.RESPListen, defaultRESPListen)
+	def(setAdminListen, &c.AdminListen, defaultAdminListen)
 	if c.Postgres == "" {
 		def(setData, &c.Data, defaultData)
 	}
@@ -333,6 +365,17 @@ func (c *serveConfig) Validate() error {
 	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return bad(setListen, "%v", err)
+	}
+	if err := checkHostPort(c.RESPListen); err != nil {
+		return bad(setRESPListen, "%v", err)
+	}
+	if c.AdminListen != "off" {
+		if err := checkHostPort(c.AdminListen); err != nil {
+			return bad(setAdminListen, "%v (or off)", err)
+		}
+	}
+	if strings.ContainsAny(c.RESPPassword, "\r\n") {
+		return bad(setRESPPassword, "must not contain line breaks")
 	}
 	for _, a := range c.Redis {
 		if err := checkHostPort(a); err != nil {
@@ -380,8 +423,16 @@ func (c *serveConfig) Validate() error {
 	}
 	c.redisConn = rc
 	for i, ns := range c.Namespaces {
-		if ns.Prefix == "" {
+		nsBad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", errInvalidConfig, i, ns.Prefix, c.Sources[setFile], fmt.Sprintf(format, args...))
+		}
+		switch {
+		case ns.Prefix == "":
 			return fmt.Errorf("%w: namespaces[%d] (from %s): prefix is required", errInvalidConfig, i, c.Sources[setFile])
+		case ns.Reply != "" && ns.Reply != "estimate" && ns.Reply != "exact":
+			return nsBad("reply must be estimate or exact, got %q", ns.Reply)
+		case ns.Reply == "exact" && ns.ReadCacheTTL != 0:
+			return nsBad("reply: exact reads afresh on every INCR and GET; read_cache_ttl does not apply")
 		}
 	}
 	// The namespaces and automatic N are the library's settings: the

@@ -142,3 +142,54 @@ func TestEmptyFileAndLoopback(t *testing.T) {
 		t.Fatal("::1 not loopback")
 	}
 }
+
+// TestProxyKeys: the proxy's own settings, from every source, and the
+// per-namespace reply.
+func TestProxyKeys(t *testing.T) {
+	c, err := loadConfig(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RESPListen != defaultRESPListen || c.AdminListen != defaultAdminListen || c.RESPPassword != "" {
+		t.Fatalf("defaults: %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
+	}
+	file := writeFile(t, `
+resp_listen: 127.0.0.1:6390
+admin_listen: "off"
+resp_password: from-file
+namespaces:
+  - {prefix: "likes:", buffered: true, reply: exact}
+  - {prefix: "views:", reply: estimate}
+`)
+	c, err = loadConfig(map[string]string{setFile: file, setRESPListen: "127.0.0.1:6391"}, env(map[string]string{"HOTCOUNT_RESP_PASSWORD": "from-env"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RESPListen != "127.0.0.1:6391" || c.AdminListen != "off" || c.RESPPassword != "from-env" {
+		t.Fatalf("got %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
+	}
+	if c.Sources[setAdminListen] != "file "+file || c.Listen != defaultListen {
+		t.Fatalf("sources %v, listen %q", c.Sources, c.Listen)
+	}
+	if c.Namespaces[0].Reply != "exact" || c.Namespaces[1].Reply != "estimate" {
+		t.Fatalf("namespaces %+v", c.Namespaces)
+	}
+	for _, bad := range []struct {
+		flags      map[string]string
+		body, want string
+	}{
+		{map[string]string{setRESPListen: "nowhere"}, "", "resp_listen"},
+		{map[string]string{setAdminListen: "on"}, "", "admin_listen"},
+		{nil, "namespaces: [{prefix: a, reply: fresh}]", "reply must be estimate or exact"},
+		{nil, "namespaces: [{prefix: a, reply: exact, read_cache_ttl: 1s}]", "read_cache_ttl does not apply"},
+	} {
+		flags := bad.flags
+		if bad.body != "" {
+			flags = map[string]string{setFile: writeFile(t, bad.body)}
+		}
+		_, err := loadConfig(flags, env(nil))
+		if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v %q: error %v, want one naming %q", bad.flags, bad.body, err, bad.want)
+		}
+	}
+}

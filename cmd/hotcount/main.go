@@ -39,6 +39,7 @@ func init() {
 		"shards":   {"show where a counter's sub-counters live", runShards},
 		"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
 		"serve":    {"run the HTTP API, metrics and dashboard", runServe},
+		"proxy":    {"serve the Redis protocol: INCR on counter keys absorbed, other keys passed through", runProxy},
 		"bench":    {"drive one hot counter from many clients and measure the cache's writes", runBench},
 		"soak":     {"run mixed load for a long time and watch memory and goroutines", runSoak},
 		"rebuild":  {"recreate the cache view of counters from the durable store", runRebuild},
@@ -109,7 +110,12 @@ Examples:
   hotcount cluster up --dir /tmp/hc --port 7100    a local 3-primary Redis Cluster; prints its seeds
   hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined
   hotcount shards --redis 127.0.0.1:7100 --key likes:post:42
+  hotcount proxy --redis 127.0.0.1:7100 --config proxy.yaml   Redis clients on 127.0.0.1:6380; admin on 127.0.0.1:7071
   hotcount cluster down --dir /tmp/hc
+  hotcount cluster up --dir /tmp/hc8 --port 7200 --primaries 8 --replicas 0 --node-cpu 1%
+                                                   8 primaries, each under a 1% CPU quota (cgroup; root)
+  hotcount bench --redis 127.0.0.1:7200 --key hot --compare single,sharded,combined --n 8 --rate 3x --procs 8
+                                                   calibrate one node, offer 3x its ceiling open-loop
 `
 
 const helpEnvironment = `

@@ -44,7 +44,7 @@ func TestServeBinaryClusterPostgres(t *testing.T) {
 	pg.RawQuery = q.Encode()
 
 	cfgFile := filepath.Join(t.TempDir(), "hotcount.yaml")
-	yaml := "namespaces:\n  - {prefix: \"paid:\", mode: durable}\n  - {prefix: \"views:\", buffered: true}\n"
+	yaml := "namespaces:\n  - {prefix: \"paid:\", mode: durable}\n  - {prefix: \"views:\", buffered: true}\n  - {prefix: \"likes:\", cold_start: false}\n"
 	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,114 +2,401 @@ package postgres
 
 import (
 	"context"
-	"sort"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/durable/internal/sqlkit"
 )
 
-const appendSQL = `WITH input AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS t (id, key, delta, at_ns)
-	), fresh AS (
-		INSERT INTO ids (id, seen_ns) SELECT id, $5 FROM input
-		ON CONFLICT DO NOTHING RETURNING id
-	), added AS (
-		INSERT INTO events (key, delta, at_ns, n)
-		SELECT key, sum(delta)::bigint, max(at_ns), count(*) FROM input
-		WHERE id IN (SELECT id FROM fresh) GROUP BY key
-	)
-	SELECT id FROM fresh`
+// insertIDs inserts IDs optimistically: a stored one fails the statement.
+const insertIDs = `INSERT INTO ids (key, id, delta, seen_ns)
+	SELECT k, i, d, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t (k, i, d)`
 
-// AppendEvents implements durable.Log in one statement (one transaction,
-// committed before the rows are fully read). The new events of a batch are
-// stored as one row per key (their sum, at their latest At).
-func (db *DB) AppendEvents(ctx context.Context, events []durable.Event) ([]bool, error) {
-	if err := durable.CheckEvents(events); err != nil {
-		return nil, err
-	}
+// insertNewIDs inserts the IDs not stored yet and returns them.
+const insertNewIDs = insertIDs + ` ON CONFLICT DO NOTHING RETURNING key, id`
+
+// raiseBounds adds each row's magnitude to its bounds row, locking the rows
+// in (key, stripe) order.
+const raiseBounds = `INSERT INTO bounds (key, stripe, mag)
+	SELECT k, s, m FROM unnest($1::text[], $2::smallint[], $3::bigint[]) AS t (k, s, m) ORDER BY k, s
+	ON CONFLICT (key, stripe) DO UPDATE SET mag = CASE
+		WHEN bounds.mag > 9223372036854775807 - excluded.mag THEN 9223372036854775807
+		ELSE bounds.mag + excluded.mag END`
+
+// checkAndLog inserts the log rows of the keys checked cheaply, and fails
+// (bound_exceeded, SQLSTATE HC001, the key as message) when the bound of
+// one of them is above $6: the batch is then started over. So the COMMIT
+// queued behind it in the same round trip commits only a batch whose
+// every key passed.
+const checkAndLog = `WITH added AS (
+		INSERT INTO events (key, delta, at_ns, n)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+	)
+	SELECT bound_exceeded(k) FROM unnest($5::text[]) AS f (k)
+	WHERE abs(coalesce((SELECT total FROM totals WHERE key = f.k), 0)::numeric)
+		+ coalesce((SELECT sum(mag) FROM bounds WHERE key = f.k), 0) > $6`
+
+// exactTails returns, for each key, its exact total and the sum of |delta|
+// of its log rows.
+const exactTails = `SELECT s.k, (coalesce((SELECT total FROM totals WHERE key = s.k), 0) + e.sum)::text, e.abs::text
+	FROM unnest($1::text[]) AS s (k) CROSS JOIN LATERAL (
+		SELECT coalesce(sum(delta), 0) AS sum, coalesce(sum(abs(delta::numeric)), 0) AS abs
+		FROM events WHERE key = s.k) e`
+
+// resetBounds sets the bound of each key, all of whose rows the
+// transaction holds.
+const resetBounds = `UPDATE bounds SET mag = CASE WHEN stripe = 0 THEN v.m ELSE 0 END
+	FROM unnest($1::text[], $2::bigint[]) AS v (k, m) WHERE bounds.key = v.k`
+
+const deleteIDs = `DELETE FROM ids WHERE (key, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+
+const insertRows = `INSERT INTO events (key, delta, at_ns, n)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])`
+
+// maxAttempts bounds how often one AppendEvents call starts its
+// transaction over (each time with more keys checked exactly, or with ON
+// CONFLICT).
+const maxAttempts = 4
+
+// AppendEvents implements durable.Log in one transaction (see the package
+// documentation).
+func (db *DB) AppendEvents(ctx context.Context, events []durable.Event) ([]durable.Result, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	first, dup := durable.FirstSeen(events)
-	if len(first) == 0 {
-		return dup, nil
-	}
-	// Insert IDs in sorted order: concurrent batches that share IDs then
-	// take their index locks in the same order and cannot deadlock.
-	sort.Slice(first, func(a, b int) bool { return events[first[a]].ID < events[first[b]].ID })
 	now := db.clock.Now().UnixNano()
-	ids := make([]string, len(first))
-	keys := make([]string, len(first))
-	deltas := make([]int64, len(first))
-	ats := make([]int64, len(first))
-	for j, i := range first {
-		e := events[i]
-		ids[j], keys[j], deltas[j], ats[j] = e.ID, e.Key, e.Delta, now
-		if !e.At.IsZero() {
-			ats[j] = e.At.UnixNano()
-		}
+	b := sqlkit.NewBatch(events, now)
+	if len(b.Pending()) == 0 {
+		return b.Finish(), nil
 	}
-	rows, err := db.pool.Query(ctx, appendSQL, ids, keys, deltas, ats, now)
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, wrap("append", err)
 	}
-	fresh := make(map[string]struct{}, len(first))
-	var id string
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		fresh[id] = struct{}{}
-		return nil
-	})
-	if err != nil {
-		return nil, wrap("append", err)
-	}
-	for _, i := range first {
-		if _, ok := fresh[events[i].ID]; !ok {
-			dup[i] = true
+	defer conn.Release()
+	a := appender{db: db, conn: conn, stripe: db.stripe.Next(), exact: map[string]bool{}, optimistic: true}
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			b = sqlkit.NewBatch(events, now) // the last try marked b
+		}
+		again, err := a.try(ctx, b)
+		if err == nil && !again {
+			return b.Finish(), nil
+		}
+		if rb := a.rollback(ctx); err == nil {
+			err = rb
+		}
+		if err != nil || attempt == maxAttempts {
+			if err == nil {
+				err = fmt.Errorf("%w: append started over %d times", durable.ErrBackend, attempt)
+			}
+			return nil, wrap("append", err)
 		}
 	}
-	return dup, nil
 }
 
-const rollupSQL = `WITH moved AS (
-		DELETE FROM events WHERE at_ns < $1 RETURNING key, delta, n
+// appender is one AppendEvents call on one connection.
+type appender struct {
+	db         *DB
+	conn       *pgxpool.Conn
+	stripe     int
+	exact      map[string]bool // keys to check exactly
+	optimistic bool            // insert IDs without ON CONFLICT
+	open       bool            // a transaction is open
+}
+
+func (a *appender) rollback(ctx context.Context) error {
+	if !a.open {
+		return nil
+	}
+	a.open = false
+	if a.conn.Conn().IsClosed() {
+		return nil
+	}
+	_, err := a.conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+// try runs the transaction once. again asks for another try (the
+// transaction is left open for the caller to roll back).
+func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err error) {
+	pipe := &pgx.Batch{}
+	legacy := b.Now < a.db.legacy.Load()
+	if err := a.begin(ctx, pipe, legacy || !a.optimistic); err != nil {
+		return false, err
+	}
+	if legacy {
+		if err := a.legacy(ctx, b); err != nil {
+			return false, err
+		}
+	}
+	pending := b.Pending()
+	keys, ids, deltas := make([]string, len(pending)), make([]string, len(pending)), make([]int64, len(pending))
+	for j, i := range pending {
+		e := b.Events[i]
+		keys[j], ids[j], deltas[j] = e.Key, e.ID, e.Delta
+	}
+	if !a.optimistic {
+		if err := a.insertNew(ctx, b, keys, ids, deltas); err != nil {
+			return false, err
+		}
+	} else if len(pending) > 0 {
+		pipe.Queue(insertIDs, keys, ids, deltas, b.Now)
+	}
+	// Bounds: one row per key checked cheaply, every stripe of a key
+	// checked exactly; the log rows of the keys checked cheaply.
+	var bk []string
+	var bs []int16
+	var bm []int64
+	var fast, slow []string
+	for _, k := range b.Keys() {
+		if k.Abs > sqlkit.FastDelta || a.exact[k.Key] || a.db.slow.has(k.Key) {
+			a.exact[k.Key] = true
+			slow = append(slow, k.Key)
+			for s := range sqlkit.Stripes {
+				m := int64(0)
+				if s == a.stripe {
+					m = k.Abs
+				}
+				bk, bs, bm = append(bk, k.Key), append(bs, int16(s)), append(bm, m)
+			}
+			continue
+		}
+		fast = append(fast, k.Key)
+		bk, bs, bm = append(bk, k.Key), append(bs, int16(a.stripe)), append(bm, k.Abs)
+	}
+	tails := map[string][2]*big.Int{}
+	if len(bk) > 0 {
+		pipe.Queue(raiseBounds, bk, bs, bm)
+		rk, rd, ra, rn := rowArrays(b.Rows(), func(k string) bool { return !a.exact[k] })
+		pipe.Queue(checkAndLog, rk, rd, ra, rn, fast, int64(sqlkit.FastBound))
+	}
+	if len(slow) > 0 {
+		pipe.Queue(exactTails, slow).Query(func(rows pgx.Rows) error {
+			var k, sum, abs string
+			_, err := pgx.ForEachRow(rows, []any{&k, &sum, &abs}, func() error {
+				s, ok1 := new(big.Int).SetString(sum, 10)
+				m, ok2 := new(big.Int).SetString(abs, 10)
+				if !ok1 || !ok2 {
+					return fmt.Errorf("%w: bad sums %q %q of %q", durable.ErrBackend, sum, abs, k)
+				}
+				tails[k] = [2]*big.Int{s, m}
+				return nil
+			})
+			return err
+		})
+	}
+	if len(slow) == 0 {
+		a.queueCommit(pipe)
+	}
+	if err := a.send(ctx, pipe); err != nil {
+		if a.optimistic && isUnique(err) {
+			a.optimistic = false
+			return true, nil
+		}
+		if k, ok := boundExceeded(err); ok {
+			a.exact[k] = true
+			a.db.slow.set(k, true)
+			return true, nil
+		}
+		return false, err
+	}
+	if len(slow) == 0 {
+		return false, nil
+	}
+	return false, a.settle(ctx, b, slow, tails)
+}
+
+// begin starts the transaction: on its own when now is set, else queued
+// first in pipe.
+func (a *appender) begin(ctx context.Context, pipe *pgx.Batch, now bool) error {
+	a.open = true
+	if !now {
+		pipe.Queue("BEGIN")
+		return nil
+	}
+	_, err := a.conn.Exec(ctx, "BEGIN")
+	return err
+}
+
+// settle decides the events of the keys checked exactly, writes their log
+// rows, removes the IDs of the events that failed, resets the keys'
+// bounds and commits.
+func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, tails map[string][2]*big.Int) error {
+	for _, k := range slow {
+		b.Settle(k, tails[k][0])
+	}
+	applied := map[string]int64{}
+	for _, k := range b.Keys() {
+		applied[k.Key] = k.Abs
+	}
+	ms := make([]int64, len(slow))
+	for i, k := range slow {
+		t := tails[k]
+		ms[i] = sqlkit.AddSat(sqlkit.Clamp(t[1]), applied[k])
+		// |rollup total| ≤ |total| + Σ|rows|: a key whose next bound
+		// check would pass goes back to the cheap check.
+		next := new(big.Int).Abs(t[0])
+		next.Add(next, big.NewInt(ms[i])).Add(next, big.NewInt(ms[i]))
+		a.db.slow.set(k, next.Cmp(big.NewInt(sqlkit.FastBound)) > 0)
+	}
+	pipe := &pgx.Batch{}
+	rk, rd, ra, rn := rowArrays(b.Rows(), func(k string) bool { return a.exact[k] })
+	pipe.Queue(insertRows, rk, rd, ra, rn)
+	if failed := b.Failed(); len(failed) > 0 {
+		fk, fi := make([]string, len(failed)), make([]string, len(failed))
+		for j, i := range failed {
+			fk[j], fi[j] = b.Events[i].Key, b.Events[i].ID
+		}
+		pipe.Queue(deleteIDs, fk, fi)
+	}
+	pipe.Queue(resetBounds, slow, ms)
+	a.queueCommit(pipe)
+	return a.send(ctx, pipe)
+}
+
+// insertNew inserts the IDs not stored yet and marks the others duplicates
+// or conflicts from their stored delta.
+func (a *appender) insertNew(ctx context.Context, b *sqlkit.Batch, keys, ids []string, deltas []int64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, _ := a.conn.Query(ctx, insertNewIDs, keys, ids, deltas, b.Now)
+	fresh := map[[2]string]bool{}
+	var k, id string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &id}, func() error {
+		fresh[[2]string{k, id}] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	var sk, si []string
+	for j := range keys {
+		if !fresh[[2]string{keys[j], ids[j]}] {
+			sk, si = append(sk, keys[j]), append(si, ids[j])
+		}
+	}
+	if len(sk) == 0 {
+		return nil
+	}
+	rows, _ = a.conn.Query(ctx, `SELECT key, id, delta FROM ids
+		WHERE (key, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, sk, si)
+	var delta *int64
+	if _, err := pgx.ForEachRow(rows, []any{&k, &id, &delta}, func() error {
+		if i, ok := b.Find(k, id); ok && delta != nil {
+			b.Stored(i, *delta)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// An ID stored when it was inserted but gone now was pruned in
+	// between: it was there, so the event is a duplicate.
+	for j := range sk {
+		if i, ok := b.Find(sk[j], si[j]); ok {
+			b.Stored(i, b.Events[i].Delta)
+		}
+	}
+	return nil
+}
+
+// legacy marks the pending events whose ID is stored without a key.
+func (a *appender) legacy(ctx context.Context, b *sqlkit.Batch) error {
+	pending := b.Pending()
+	ids := make([]string, len(pending))
+	for j, i := range pending {
+		ids[j] = b.Events[i].ID
+	}
+	rows, _ := a.conn.Query(ctx, `SELECT id FROM ids WHERE key = '' AND id = ANY($1::text[])`, ids)
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, id := range found {
+		b.StoredLegacy(id)
+	}
+	return err
+}
+
+// send runs pipe in one round trip; the queued callbacks read the results.
+func (a *appender) send(ctx context.Context, pipe *pgx.Batch) error {
+	if pipe.Len() == 0 {
+		return nil
+	}
+	return a.conn.SendBatch(ctx, pipe).Close()
+}
+
+// queueCommit queues COMMIT last in pipe. In a pipeline, a failed
+// statement skips the rest, so COMMIT runs only when all before it
+// succeeded; its tag is checked all the same.
+func (a *appender) queueCommit(pipe *pgx.Batch) {
+	pipe.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		a.open = false
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("%w: append: transaction was rolled back (%s)", durable.ErrBackend, tag)
+		}
+		return nil
+	})
+}
+
+// rowArrays splits the rows whose key keep accepts into column arrays.
+func rowArrays(rows []sqlkit.Row, keep func(string) bool) (keys []string, deltas, ats, ns []int64) {
+	for _, r := range rows {
+		if keep(r.Key) {
+			keys, deltas, ats, ns = append(keys, r.Key), append(deltas, r.Delta), append(ats, r.At), append(ns, r.N)
+		}
+	}
+	return keys, deltas, ats, ns
+}
+
+const rollupSQL = `WITH cand AS (
+		SELECT key, sum(delta) AS s FROM events WHERE at_ns < $1 GROUP BY key
+	), judged AS (
+		SELECT c.key, c.s BETWEEN $2 AND $3 AND coalesce(t.total, 0) + c.s BETWEEN $2 AND $3 AS ok
+		FROM cand c LEFT JOIN totals t ON t.key = c.key
+	), moved AS (
+		DELETE FROM events e USING judged j
+		WHERE j.ok AND e.key = j.key AND e.at_ns < $1 RETURNING e.key, e.delta, e.n
 	), agg AS (
 		SELECT key, sum(delta) AS s, sum(n) AS n FROM moved GROUP BY key
 	), folded AS (
 		INSERT INTO totals (key, total) SELECT key, s::bigint FROM agg
 		ON CONFLICT (key) DO UPDATE SET total = totals.total + excluded.total
 	)
-	SELECT coalesce(sum(n), 0)::bigint FROM agg`
+	SELECT (SELECT coalesce(sum(n), 0)::bigint FROM agg), (SELECT count(*) FROM agg),
+		coalesce((SELECT array_agg(key ORDER BY key) FROM judged WHERE NOT ok), '{}')`
 
-// Rollup implements durable.Log.
-func (db *DB) Rollup(ctx context.Context, before time.Time) (int, error) {
+// Rollup implements durable.Log: Prune, then one statement that folds
+// every key whose total stays in int64, under the rollup lock.
+func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupReport, error) {
+	var rep durable.RollupReport
+	pruned, perr := db.Prune(ctx)
+	rep.Pruned = pruned
 	if err := db.check(); err != nil {
-		return 0, err
+		return rep, err
 	}
-	var folded int64
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, rollupSQL, before.UnixNano()).Scan(&folded); err != nil {
+	var folded, keys int64
+	var failed []string
+	ferr := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, db.locks, lockRollup); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM ids WHERE seen_ns < $1`, db.clock.Now().Add(-db.window).UnixNano())
-		return err
+		return tx.QueryRow(ctx, rollupSQL, before.UnixNano(), int64(math.MinInt64), int64(math.MaxInt64)).
+			Scan(&folded, &keys, &failed)
 	})
-	if err != nil {
-		return 0, wrap("rollup", err)
+	if ferr != nil {
+		return rep, errors.Join(perr, wrap("rollup", ferr))
 	}
-	return int(folded), nil
-}
-
-// Exact implements durable.Log.
-func (db *DB) Exact(ctx context.Context, key string) (int64, error) {
-	if err := db.check(); err != nil {
-		return 0, err
+	rep.Folded, rep.Keys = int(folded), int(keys)
+	for _, k := range failed {
+		rep.Failed = append(rep.Failed, durable.KeyError{Key: k, Err: sqlkit.Overflow(k)})
 	}
-	var n int64
-	err := db.pool.QueryRow(ctx, `SELECT (coalesce((SELECT total FROM totals WHERE key = $1), 0) +
-		coalesce((SELECT sum(delta) FROM events WHERE key = $1), 0))::bigint`, key).Scan(&n)
-	return n, wrap("exact", err)
+	return rep, perr
 }
 
 // ExactMulti implements durable.Log, in one statement (one snapshot).
@@ -121,35 +408,25 @@ func (db *DB) ExactMulti(ctx context.Context, keys []string) (map[string]int64, 
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT k.k, (coalesce(t.total, 0) +
-		coalesce((SELECT sum(delta) FROM events e WHERE e.key = k.k), 0))::bigint
+	rows, _ := db.pool.Query(ctx, `SELECT k.k, (coalesce(t.total, 0) +
+		coalesce((SELECT sum(delta) FROM events e WHERE e.key = k.k), 0))::text
 		FROM (SELECT DISTINCT unnest($1::text[]) COLLATE "C" AS k) k LEFT JOIN totals t ON t.key = k.k`, keys)
+	var k, v string
+	var bad []error
+	_, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error {
+		n, ok := new(big.Int).SetString(v, 10)
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: bad total %q of %q", durable.ErrBackend, v, k)
+		case !n.IsInt64():
+			bad = append(bad, sqlkit.Overflow(k))
+		default:
+			out[k] = n.Int64()
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, wrap("exact", err)
 	}
-	var k string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error {
-		out[k] = n
-		return nil
-	})
-	return out, wrap("exact", err)
-}
-
-// Keys implements durable.Log.
-func (db *DB) Keys(ctx context.Context, prefix string) ([]string, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	rows, err := db.pool.Query(ctx, `SELECT key FROM totals WHERE starts_with(key, $1)
-		UNION SELECT key FROM events WHERE starts_with(key, $1)`, prefix)
-	if err != nil {
-		return nil, wrap("keys", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, wrap("keys", err)
-	}
-	sort.Strings(out) // byte order, the same in every backend
-	return out, nil
+	return out, errors.Join(bad...)
 }

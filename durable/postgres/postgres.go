@@ -1,21 +1,38 @@
 // Package postgres is the PostgreSQL durable backend (pgx/v5, pgxpool).
 //
-// Every write is one statement or one transaction. A batch of events is a
-// single statement: the batch arrives as arrays (unnest), its IDs are
-// inserted into ids with ON CONFLICT DO NOTHING RETURNING, and a
-// data-modifying CTE inserts the events whose IDs came back (new), so a
-// batch of thousands costs one round trip and one commit. Rollup is one
-// statement too (DELETE ... RETURNING feeding an upsert of totals), so Exact,
-// a single statement reading totals and events from one snapshot, never sees
-// an event both folded and unfolded.
+// # Appending a batch
 //
-// The write path is kept lean: a batch adds one events row per key (its
-// sum), and per event only its ids row, whose first-seen time has a BRIN
-// index (nearly free to maintain, since rows arrive in time order) for
-// pruning. Concurrent batches insert their IDs in sorted order, so batches
-// that share IDs (a client retrying through another process) wait for each
-// other instead of deadlocking. events is indexed by key only; Rollup scans
-// the tail.
+// A batch of events arrives as arrays (unnest) and costs two round trips
+// in the common case: one pipeline of BEGIN, the insert of its IDs, the
+// raise of its keys' bounds (see durable's package documentation) and the
+// check of those bounds together with the insert of its log rows; then
+// COMMIT. The IDs are inserted optimistically, without ON CONFLICT (as
+// cheap as COPY, where ON CONFLICT costs about twice as much), sorted by
+// (key, id), so concurrent batches that share IDs wait for each other
+// instead of deadlocking. When an ID is already there (a retry) the
+// transaction is rolled back and done again with INSERT ... ON CONFLICT DO
+// NOTHING RETURNING and a look-up of the stored deltas. When a key needs
+// an exact check, its batch locks all of the key's bounds rows, in the
+// same statement and (key, stripe) order as every other batch's single
+// row, sums the key's log and settles it. Since every write of a batch
+// takes its locks in one order (IDs, then bounds), batches never
+// deadlock.
+//
+// A batch adds one events row per key (its sum), and per event only its
+// ids row, whose first-seen time has a BRIN index (nearly free to
+// maintain, since rows arrive in time order) for pruning. events is
+// indexed by key only; Rollup scans the tail.
+//
+// # Rollup, clears and checkpoints
+//
+// Rollup is one statement (DELETE ... RETURNING feeding an upsert of
+// totals), so Exact, a single statement reading totals and events from one
+// snapshot, never sees an event both folded and unfolded. Rollups take an
+// advisory lock, so that two never fold at once, and ClearCounter takes it
+// shared, so that a clear never races a fold of the same key. SaveCheckpoints
+// takes shared advisory locks on the buckets (64) of its counters and
+// ClearCounter the one of its counter exclusively, so a save that read no
+// tombstone cannot commit a checkpoint after the clear removed the others.
 //
 // Config.Schema puts the tables in their own schema (created if missing; set
 // as search_path on every pooled connection), which lets tests and tenants
@@ -27,20 +44,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hotcount/hotcount/clock"
-
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
-	"github.com/hotcount/hotcount/store"
+	"github.com/hotcount/hotcount/durable/internal/sqlkit"
 )
 
-// Config configures Open.
+// Config configures Open. The zero value of every field but URL is its
+// documented default.
 type Config struct {
 	// URL is the connection string (postgres://... or key=value); required.
 	URL string
@@ -49,9 +70,13 @@ type Config struct {
 	// default search_path (usually public). Lower-case letters, digits and
 	// _, at most 63, not starting with a digit.
 	Schema string
-	// DedupWindow is how long event IDs are remembered (default
-	// durable.DefaultDedupWindow).
+	// DedupWindow is how long an event ID is remembered after it was first
+	// seen (default durable.DefaultDedupWindow); a retry after it counts
+	// again.
 	DedupWindow time.Duration
+	// TombstoneRetention is how long the tombstone of a cleared counter is
+	// kept (default durable.DefaultTombstoneRetention).
+	TombstoneRetention time.Duration
 	// MaxConns is the pool size (default: pgxpool's, or pool_max_conns in
 	// URL).
 	MaxConns int32
@@ -60,13 +85,21 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// common is embedded by DB (an alias, so that the field is unexported).
+type common = sqlkit.Common
+
 // DB is a PostgreSQL durable backend. It implements durable.Backend.
 type DB struct {
+	*common
 	pool   *pgxpool.Pool
-	window time.Duration
+	keep   sqlkit.Retention
 	clock  clock.Clock
 	schema string
-	closed atomic.Bool
+	id     string
+	locks  int32 // advisory lock class of this schema
+	stripe *sqlkit.Stripe
+	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
+	slow   slowKeys
 }
 
 var (
@@ -79,7 +112,7 @@ var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // Open connects, creates Config.Schema if needed and applies pending
 // migrations.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
-	window, err := durable.Window(cfg.DedupWindow)
+	keep, err := sqlkit.NewRetention(cfg.DedupWindow, cfg.TombstoneRetention)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +127,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", durable.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", durable.ErrInvalidConfig, err)
 	}
 	if cfg.Schema != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
@@ -104,9 +137,20 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, durable.Unavailable("connect", err)
+		return nil, wrap("connect", err)
 	}
-	db := &DB{pool: pool, window: window, clock: clock.OrReal(cfg.Clock), schema: cfg.Schema}
+	h := fnv.New32a()
+	h.Write([]byte("hotcount.durable." + cfg.Schema))
+	db := &DB{
+		pool:   pool,
+		keep:   keep,
+		clock:  clock.OrReal(cfg.Clock),
+		schema: cfg.Schema,
+		locks:  int32(h.Sum32()),
+		stripe: sqlkit.NewStripe(rand.Uint32()),
+	}
+	db.common = sqlkit.NewCommon(sqlkit.CommonConfig{Read: conn{pool}, Write: conn{pool}, Dialect: dialect, Keep: keep,
+		Now: db.clock.Now, Wrap: wrap, ExactMulti: db.ExactMulti})
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -121,20 +165,18 @@ func (db *DB) AppendConcurrency() int {
 	return int(min(4, max(1, db.pool.Config().MaxConns/2)))
 }
 
+// StoreID implements durable.Backend.
+func (db *DB) StoreID() string { return db.id }
+
 // Close closes the pool. It is idempotent.
 func (db *DB) Close() error {
-	if !db.closed.Swap(true) {
+	if sqlkit.Shut(db.common) {
 		db.pool.Close()
 	}
 	return nil
 }
 
-func (db *DB) check() error {
-	if db.closed.Load() {
-		return store.ErrClosed
-	}
-	return nil
-}
+func (db *DB) check() error { return sqlkit.Check(db.common) }
 
 // migrations are applied in order; migrations[i] brings the schema to
 // version i+1. Never edit an applied one: append a new one.
@@ -166,13 +208,72 @@ var migrations = []string{
 		data       bytea NOT NULL,
 		updated_ns bigint NOT NULL
 	);`,
+
+	// 2: IDs scoped to their key, with their delta; the IDs stored so far
+	// keep an empty key and no delta (they match any key until pruned), and
+	// a writer of the previous release, which names no key, now fails
+	// instead of recording unscoped IDs. Bounds, tombstones and the store's
+	// identity.
+	`ALTER TABLE ids ADD COLUMN key text COLLATE "C" NOT NULL DEFAULT '';
+	ALTER TABLE ids ALTER COLUMN key DROP DEFAULT;
+	ALTER TABLE ids ADD COLUMN delta bigint;
+	ALTER TABLE ids DROP CONSTRAINT ids_pkey;
+	ALTER TABLE ids ADD PRIMARY KEY (key, id);
+	CREATE TABLE bounds (
+		key    text COLLATE "C" NOT NULL,
+		stripe smallint NOT NULL,
+		mag    bigint NOT NULL,
+		PRIMARY KEY (key, stripe)
+	) WITH (fillfactor = 70);
+	INSERT INTO bounds (key, stripe, mag)
+		SELECT key, 0, least(sum(abs(delta::numeric)), 9223372036854775807)::bigint FROM events GROUP BY key;
+	CREATE TABLE clears (
+		key        text COLLATE "C" PRIMARY KEY,
+		at_ns      bigint NOT NULL,
+		cleared_ns bigint NOT NULL
+	);
+	CREATE INDEX clears_cleared ON clears (cleared_ns);
+	CREATE TABLE store_info (id text NOT NULL);
+	INSERT INTO store_info (id) VALUES (replace(gen_random_uuid()::text, '-', ''));
+	CREATE FUNCTION bound_exceeded(k text) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		RAISE EXCEPTION USING ERRCODE = 'HC001', MESSAGE = k;
+	END $$;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
 var SchemaVersion = len(migrations)
 
+// querier is what a pool, a connection and a transaction of pgx share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// conn adapts a querier to sqlkit.Conn.
+type conn struct{ q querier }
+
+func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := c.q.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (c conn) Query(ctx context.Context, q string, args []any, row func(func(...any) error) error) error {
+	rows, _ := c.q.Query(ctx, q, args...)
+	defer rows.Close()
+	return sqlkit.Each(rows, row)
+}
+
+// dialect is PostgreSQL's: text arrays for lists.
+var dialect = sqlkit.Dialect{
+	In:     func(col string, n int) string { return fmt.Sprintf("%s = ANY($%d::text[])", col, n) },
+	List:   func(s []string) any { return s },
+	Prefix: func(col string, n int) string { return fmt.Sprintf("starts_with(%s, $%d)", col, n) },
+}
+
 // migrate creates the schema and applies pending migrations in one
-// transaction, serialised by an advisory lock per schema.
+// transaction, serialised by an advisory lock per schema, and reads the
+// store's identity and how long unscoped IDs stay relevant.
 func (db *DB) migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('hotcount.durable.' || $1))`, db.schema); err != nil {
@@ -183,26 +284,25 @@ func (db *DB) migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-			version    integer PRIMARY KEY,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		err := sqlkit.Migrate(ctx, conn{tx}, sqlkit.Schema{
+			VersionTable: `CREATE TABLE IF NOT EXISTS schema_version (
+				version    integer PRIMARY KEY,
+				applied_at timestamptz NOT NULL DEFAULT now())`,
+			Record: `INSERT INTO schema_version (version, applied_at)
+				VALUES ($1, to_timestamp($2::bigint::double precision / 1e9))`,
+			Now:   db.clock.Now().UnixNano(),
+			Steps: migrations,
+			Where: fmt.Sprintf("schema %q", db.schema),
+		})
+		if err != nil {
 			return err
 		}
-		var have int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&have); err != nil {
+		var last *int64
+		if err := tx.QueryRow(ctx, `SELECT id, (SELECT max(seen_ns) FROM ids WHERE key = '') FROM store_info`).Scan(&db.id, &last); err != nil {
 			return err
 		}
-		if have > len(migrations) {
-			return fmt.Errorf("%w: schema %q has version %d, this build knows %d",
-				durable.ErrSchemaVersion, db.schema, have, len(migrations))
-		}
-		for v := have + 1; v <= len(migrations); v++ {
-			if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
-				return fmt.Errorf("migration %d: %w", v, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version) VALUES ($1)`, v); err != nil {
-				return err
-			}
+		if last != nil {
+			db.legacy.Store(*last + int64(db.keep.IDs))
 		}
 		return nil
 	})
@@ -219,15 +319,83 @@ func (db *DB) Version(ctx context.Context) (int, error) {
 	return v, wrap("version", err)
 }
 
-// wrap passes named errors through and marks the rest ErrUnavailable.
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
+// wrap classifies an error of operation op (see sqlkit.Classify).
+func wrap(op string, err error) error { return sqlkit.Classify(op, err, transient) }
+
+// transient reports whether err may go away on retry: any error that is
+// not the server's answer (a lost connection, a pool or network failure),
+// and server errors of the classes connection exception (08), transaction
+// rollback (40: serialization failure, deadlock), insufficient resources
+// (53), operator intervention (57, e.g. shutdown), system error (58) and
+// lock not available (55P03). The server's other answers (a constraint,
+// a missing table, a bad value) are permanent.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
 	}
-	for _, named := range []error{durable.ErrSchemaVersion, store.ErrUnavailable, store.ErrClosed} {
-		if errors.Is(err, named) {
-			return err
-		}
+	switch pe.Code[:2] {
+	case "08", "40", "53", "57", "58":
+		return true
 	}
-	return durable.Unavailable(op, err)
+	return pe.Code == "55P03"
+}
+
+// boundExceeded returns the key whose bound the statement found too high
+// (function bound_exceeded).
+func boundExceeded(err error) (string, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "HC001" {
+		return pe.Message, true
+	}
+	return "", false
+}
+
+// isUnique reports whether err is a unique violation.
+func isUnique(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// Advisory lock objects within the class db.locks.
+const (
+	lockRollup  = 0 // exclusive: Rollup; shared: ClearCounter
+	lockBuckets = 64
+)
+
+// bucket returns the advisory lock object of counter for checkpoints.
+func bucket(counter string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(counter))
+	return 1 + int32(h.Sum32()%lockBuckets)
+}
+
+// slowKeys remembers, up to a bound, the keys that recently needed an
+// exact check, so that their next batch asks for it at once instead of
+// finding out and starting over.
+type slowKeys struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+const maxSlowKeys = 4096
+
+func (s *slowKeys) has(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[k]
+	return ok
+}
+
+func (s *slowKeys) set(k string, slow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slow {
+		delete(s.keys, k)
+		return
+	}
+	if s.keys == nil || len(s.keys) >= maxSlowKeys {
+		s.keys = make(map[string]struct{})
+	}
+	s.keys[k] = struct{}{}
 }

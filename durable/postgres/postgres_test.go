@@ -25,18 +25,95 @@ func openCfg(t testing.TB, cfg postgres.Config) *postgres.DB {
 	return db
 }
 
+func schema(t *testing.T) string {
+	return durabletest.Memo(t, "schema", func() any { return testenv.PostgresSchema(t) }).(string)
+}
+
 func open(t *testing.T) durable.Backend {
-	schema := durabletest.Memo(t, "schema", func() any { return testenv.PostgresSchema(t) }).(string)
 	return openCfg(t, postgres.Config{
-		URL:         testenv.PostgresURL(),
-		Schema:      schema,
-		DedupWindow: durabletest.DedupWindow,
-		Clock:       durabletest.Clock(t),
-		MaxConns:    8,
+		URL:                testenv.PostgresURL(),
+		Schema:             schema(t),
+		DedupWindow:        durabletest.DedupWindow,
+		TombstoneRetention: durabletest.TombstoneRetention,
+		Clock:              durabletest.Clock(t),
+		MaxConns:           8,
 	})
 }
 
-func TestConformance(t *testing.T) { durabletest.Run(t, open) }
+// v1 is the schema of the previous release (schema version 1), exactly as
+// its migration created it.
+const v1 = `CREATE TABLE schema_version (
+		version    integer PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now());
+	INSERT INTO schema_version (version) VALUES (1);
+	CREATE TABLE checkpoints (
+		key   text COLLATE "C" PRIMARY KEY,
+		total bigint NOT NULL,
+		epoch bigint NOT NULL,
+		at_ns bigint NOT NULL
+	);
+	CREATE TABLE totals (
+		key   text COLLATE "C" PRIMARY KEY,
+		total bigint NOT NULL
+	);
+	CREATE TABLE events (
+		key   text COLLATE "C" NOT NULL,
+		delta bigint NOT NULL,
+		at_ns bigint NOT NULL,
+		n     bigint NOT NULL
+	);
+	CREATE INDEX events_key ON events (key);
+	CREATE TABLE ids (
+		id      text COLLATE "C" PRIMARY KEY,
+		seen_ns bigint NOT NULL
+	);
+	CREATE INDEX ids_seen ON ids USING brin (seen_ns);
+	CREATE TABLE meta (
+		key        text COLLATE "C" PRIMARY KEY,
+		data       bytea NOT NULL,
+		updated_ns bigint NOT NULL
+	);`
+
+// oldStore writes a version 1 store in the test's schema.
+type oldStore struct{ conn *pgx.Conn }
+
+func old(t *testing.T) durabletest.Old {
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema(t)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return oldStore{conn}
+}
+
+func (o oldStore) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := o.conn.Exec(context.Background(), q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (o oldStore) Create(t *testing.T) {
+	o.exec(t, `CREATE SCHEMA `+pgx.Identifier{schema(t)}.Sanitize())
+	o.exec(t, v1)
+}
+func (o oldStore) AddID(t *testing.T, id string, seen int64) {
+	o.exec(t, `INSERT INTO ids (id, seen_ns) VALUES ($1, $2)`, id, seen)
+}
+func (o oldStore) AddEvent(t *testing.T, key string, delta, at, n int64) {
+	o.exec(t, `INSERT INTO events (key, delta, at_ns, n) VALUES ($1, $2, $3, $4)`, key, delta, at, n)
+}
+func (o oldStore) AddTotal(t *testing.T, key string, total int64) {
+	o.exec(t, `INSERT INTO totals (key, total) VALUES ($1, $2)`, key, total)
+}
+
+func TestConformance(t *testing.T) { durabletest.Run(t, open, old) }
 
 func TestMigrationVersions(t *testing.T) {
 	ctx := context.Background()
@@ -77,6 +154,7 @@ func TestConfigErrors(t *testing.T) {
 		{},
 		{URL: testenv.PostgresURL(), Schema: "Bad-Name"},
 		{URL: testenv.PostgresURL(), DedupWindow: -time.Second},
+		{URL: testenv.PostgresURL(), TombstoneRetention: -time.Second},
 		{URL: testenv.PostgresURL(), MaxConns: -1},
 	} {
 		if _, err := postgres.Open(ctx, cfg); !errors.Is(err, durable.ErrInvalidConfig) {

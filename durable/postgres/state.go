@@ -2,119 +2,88 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sort"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hotcount/hotcount/durable"
-	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/durable/internal/sqlkit"
 )
 
-// SaveCheckpoints implements durable.Checkpoints in one statement.
+// SaveCheckpoints implements durable.Checkpoints in one transaction: shared
+// locks on its counters' buckets, then one upsert that skips checkpoints
+// of counters cleared at or after them.
 func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) error {
-	if err := durable.CheckCheckpoints(cps); err != nil {
+	rows, err := sqlkit.CheckpointRows(cps)
+	if err != nil {
 		return err
 	}
-	if err := db.check(); err != nil {
+	if err := db.check(); err != nil || len(rows) == 0 {
 		return err
 	}
-	cps = durable.LatestCheckpoints(cps)
-	if len(cps) == 0 {
-		return nil
+	n := len(rows)
+	keys, counters := make([]string, n), make([]string, n)
+	totals, epochs, ats := make([]int64, n), make([]int64, n), make([]int64, n)
+	var buckets []int32
+	for i, r := range rows {
+		keys[i], counters[i], totals[i], epochs[i], ats[i] = r.Key, r.Counter, r.Total, r.Epoch, r.At
+		buckets = append(buckets, bucket(r.Counter))
 	}
-	keys := make([]string, len(cps))
-	totals := make([]int64, len(cps))
-	epochs := make([]int64, len(cps))
-	ats := make([]int64, len(cps))
-	for i, c := range cps {
-		keys[i], totals[i], epochs[i], ats[i] = c.Key, c.Total, int64(c.Epoch), durable.Nanos(c.At)
-	}
-	_, err := db.pool.Exec(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns)
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
-		ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
-		WHERE (excluded.epoch, excluded.at_ns) >= (checkpoints.epoch, checkpoints.at_ns)`,
-		keys, totals, epochs, ats)
+	slices.Sort(buckets)
+	buckets = slices.Compact(buckets)
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, b)
+			FROM (SELECT b FROM unnest($2::int[]) AS b ORDER BY b) s`, db.locks, buckets); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns)
+			SELECT k, t, e, a FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[]) AS c (k, t, e, a, ctr)
+			WHERE NOT EXISTS (SELECT 1 FROM clears WHERE clears.key = c.ctr AND clears.at_ns >= c.a)
+			ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
+			WHERE (excluded.epoch, excluded.at_ns) >= (checkpoints.epoch, checkpoints.at_ns)`,
+			keys, totals, epochs, ats, counters)
+		return err
+	})
 	return wrap("save checkpoints", err)
 }
 
-// LoadCheckpoints implements durable.Checkpoints.
-func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	out := make(map[string]durable.Checkpoint, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	cps, err := db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE key = ANY($1::text[])`, keys)
-	for _, c := range cps {
-		out[c.Key] = c
-	}
-	return out, err
-}
-
-// ListCheckpoints implements durable.Checkpoints.
-func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	cps, err := db.queryCheckpoints(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE starts_with(key, $1)`, prefix)
-	sort.Slice(cps, func(i, j int) bool { return cps[i].Key < cps[j].Key })
-	return cps, err
-}
-
-func (db *DB) queryCheckpoints(ctx context.Context, sql string, arg any) ([]durable.Checkpoint, error) {
-	rows, err := db.pool.Query(ctx, sql, arg)
-	if err != nil {
-		return nil, wrap("checkpoints", err)
-	}
-	var out []durable.Checkpoint
-	var c durable.Checkpoint
-	var epoch, at int64
-	_, err = pgx.ForEachRow(rows, []any{&c.Key, &c.Total, &epoch, &at}, func() error {
-		c.Epoch, c.At = uint64(epoch), durable.FromNanos(at)
-		out = append(out, c)
-		return nil
-	})
-	return out, wrap("checkpoints", err)
-}
-
-// SaveMeta implements durable.Meta.
-func (db *DB) SaveMeta(ctx context.Context, key string, data []byte) error {
-	if !durable.ValidKey(key) {
-		return fmt.Errorf("%w: meta key %q", keyspace.ErrInvalidKey, key)
+// ClearCounter implements durable.Lifecycle in one transaction. It holds
+// the rollup lock shared and its counter's checkpoint bucket exclusively
+// (see the package documentation).
+func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
+	if err := sqlkit.ClearKey(key); err != nil {
+		return err
 	}
 	if err := db.check(); err != nil {
 		return err
 	}
-	if data == nil {
-		data = []byte{}
-	}
-	_, err := db.pool.Exec(ctx, `INSERT INTO meta (key, data, updated_ns) VALUES ($1, $2, $3)
-		ON CONFLICT (key) DO UPDATE SET data = excluded.data, updated_ns = excluded.updated_ns`,
-		key, data, db.clock.Now().UnixNano())
-	return wrap("save meta", err)
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, $2), pg_advisory_xact_lock($1, $3)`,
+			db.locks, lockRollup, bucket(key)); err != nil {
+			return err
+		}
+		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())
+	})
+	return wrap("clear", err)
 }
 
-// LoadMeta implements durable.Meta.
-func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
+// Stats implements durable.Lifecycle: row counts, and
+// pg_total_relation_size (tables, indexes, TOAST) of every table of the
+// schema.
+func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	if err := db.check(); err != nil {
-		return nil, err
+		return durable.Stats{}, err
 	}
-	var data []byte
-	err := db.pool.QueryRow(ctx, `SELECT data FROM meta WHERE key = $1`, key).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: meta %q", durable.ErrNotFound, key)
-	}
-	if err != nil {
-		return nil, wrap("load meta", err)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	return data, nil
+	var st durable.Stats
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var err error
+		if st.Rows, err = sqlkit.CountRows(ctx, conn{tx}); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = current_schema() AND c.relkind = 'r'`).Scan(&st.Bytes)
+	})
+	return st, wrap("stats", err)
 }

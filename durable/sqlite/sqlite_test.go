@@ -14,12 +14,16 @@ import (
 	"github.com/hotcount/hotcount/durable/sqlite"
 )
 
+func dir(t *testing.T) string {
+	return durabletest.Memo(t, "dir", func() any { return t.TempDir() }).(string)
+}
+
 func open(t *testing.T) durable.Backend {
-	dir := durabletest.Memo(t, "dir", func() any { return t.TempDir() }).(string)
 	db, err := sqlite.Open(context.Background(), sqlite.Config{
-		Dir:         dir,
-		DedupWindow: durabletest.DedupWindow,
-		Clock:       durabletest.Clock(t),
+		Dir:                dir(t),
+		DedupWindow:        durabletest.DedupWindow,
+		TombstoneRetention: durabletest.TombstoneRetention,
+		Clock:              durabletest.Clock(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +31,71 @@ func open(t *testing.T) durable.Backend {
 	return db
 }
 
-func TestConformance(t *testing.T) { durabletest.Run(t, open) }
+// v1 is the schema of the previous release (schema version 1), exactly as
+// its migration created it.
+const v1 = `CREATE TABLE schema_version (
+		version    INTEGER PRIMARY KEY,
+		applied_ns INTEGER NOT NULL);
+	INSERT INTO schema_version (version, applied_ns) VALUES (1, 0);
+	CREATE TABLE checkpoints (
+		key   TEXT PRIMARY KEY,
+		total INTEGER NOT NULL,
+		epoch INTEGER NOT NULL,
+		at_ns INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE totals (
+		key   TEXT PRIMARY KEY,
+		total INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE events (
+		key   TEXT NOT NULL,
+		delta INTEGER NOT NULL,
+		at_ns INTEGER NOT NULL,
+		n     INTEGER NOT NULL
+	);
+	CREATE INDEX events_key ON events (key);
+	CREATE TABLE ids (
+		id      TEXT PRIMARY KEY,
+		seen_ns INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX ids_seen ON ids (seen_ns);
+	CREATE TABLE meta (
+		key        TEXT PRIMARY KEY,
+		data       BLOB NOT NULL,
+		updated_ns INTEGER NOT NULL
+	) WITHOUT ROWID;`
+
+// oldStore writes a version 1 store in the test's data dir.
+type oldStore struct{ db *sql.DB }
+
+func old(t *testing.T) durabletest.Old {
+	db, err := sql.Open("sqlite", filepath.Join(dir(t), sqlite.DefaultFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return oldStore{db}
+}
+
+func (o oldStore) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := o.db.Exec(q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (o oldStore) Create(t *testing.T) { o.exec(t, v1) }
+func (o oldStore) AddID(t *testing.T, id string, seen int64) {
+	o.exec(t, `INSERT INTO ids (id, seen_ns) VALUES (?, ?)`, id, seen)
+}
+func (o oldStore) AddEvent(t *testing.T, key string, delta, at, n int64) {
+	o.exec(t, `INSERT INTO events (key, delta, at_ns, n) VALUES (?, ?, ?, ?)`, key, delta, at, n)
+}
+func (o oldStore) AddTotal(t *testing.T, key string, total int64) {
+	o.exec(t, `INSERT INTO totals (key, total) VALUES (?, ?)`, key, total)
+}
+
+func TestConformance(t *testing.T) { durabletest.Run(t, open, old) }
 
 func TestOpenDefaultsAndVersion(t *testing.T) {
 	ctx := context.Background()
@@ -78,6 +146,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []sqlite.Config{
 		{Path: filepath.Join(t.TempDir(), "a?b.db")},
 		{Dir: t.TempDir(), DedupWindow: -1},
+		{Dir: t.TempDir(), TombstoneRetention: -1},
 		{Dir: t.TempDir(), BusyTimeout: -1},
 		{Dir: t.TempDir(), Readers: -1},
 	} {

@@ -3,131 +3,63 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"sort"
-	"unicode/utf8"
+	"os"
+	"time"
 
 	"github.com/hotcount/hotcount/durable"
-	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/durable/internal/sqlkit"
 )
 
 // SaveCheckpoints implements durable.Checkpoints.
 func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) error {
-	if err := durable.CheckCheckpoints(cps); err != nil {
+	rows, err := sqlkit.CheckpointRows(cps)
+	if err != nil {
 		return err
 	}
-	cps = durable.LatestCheckpoints(cps)
-	if len(cps) == 0 {
+	if len(rows) == 0 {
 		return db.check()
 	}
+	list := make([][5]any, len(rows))
+	for i, r := range rows {
+		list[i] = [5]any{r.Key, r.Total, r.Epoch, r.At, r.Counter}
+	}
 	return db.inTx(ctx, "save checkpoints", func(tx *sql.Tx) error {
-		for lo := 0; lo < len(cps); lo += chunk {
-			part := cps[lo:min(lo+chunk, len(cps))]
-			args := make([]any, 0, 4*len(part))
-			for _, c := range part {
-				args = append(args, c.Key, c.Total, int64(c.Epoch), durable.Nanos(c.At))
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns) VALUES `+
-				placeholders(len(part), 4)+`
-				ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
-				WHERE excluded.epoch > checkpoints.epoch
-				   OR (excluded.epoch = checkpoints.epoch AND excluded.at_ns >= checkpoints.at_ns)`,
-				args...); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// LoadCheckpoints implements durable.Checkpoints.
-func (db *DB) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	out := make(map[string]durable.Checkpoint, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	list, err := json.Marshal(keys)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", durable.ErrInvalidCheckpoint, err)
-	}
-	rows, err := db.r.QueryContext(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE key IN (SELECT value FROM json_each(?))`, string(list))
-	if err != nil {
-		return nil, durable.Unavailable("load checkpoints", err)
-	}
-	cps, err := scanCheckpoints(rows)
-	for _, c := range cps {
-		out[c.Key] = c
-	}
-	return out, err
-}
-
-// ListCheckpoints implements durable.Checkpoints.
-func (db *DB) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
-	if err := db.check(); err != nil {
-		return nil, err
-	}
-	rows, err := db.r.QueryContext(ctx, `SELECT key, total, epoch, at_ns FROM checkpoints
-		WHERE substr(key, 1, ?) = ?`, utf8.RuneCountInString(prefix), prefix)
-	if err != nil {
-		return nil, durable.Unavailable("list checkpoints", err)
-	}
-	cps, err := scanCheckpoints(rows)
-	sort.Slice(cps, func(i, j int) bool { return cps[i].Key < cps[j].Key })
-	return cps, err
-}
-
-func scanCheckpoints(rows *sql.Rows) ([]durable.Checkpoint, error) {
-	defer rows.Close()
-	var out []durable.Checkpoint
-	for rows.Next() {
-		var c durable.Checkpoint
-		var epoch, at int64
-		if err := rows.Scan(&c.Key, &c.Total, &epoch, &at); err != nil {
-			return nil, durable.Unavailable("checkpoints", err)
-		}
-		c.Epoch, c.At = uint64(epoch), durable.FromNanos(at)
-		out = append(out, c)
-	}
-	return out, durable.Unavailable("checkpoints", rows.Err())
-}
-
-// SaveMeta implements durable.Meta.
-func (db *DB) SaveMeta(ctx context.Context, key string, data []byte) error {
-	if !durable.ValidKey(key) {
-		return fmt.Errorf("%w: meta key %q", keyspace.ErrInvalidKey, key)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	return db.inTx(ctx, "save meta", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, data, updated_ns) VALUES (?, ?, ?)
-			ON CONFLICT (key) DO UPDATE SET data = excluded.data, updated_ns = excluded.updated_ns`,
-			key, data, db.clock.Now().UnixNano())
+		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (key, total, epoch, at_ns)
+			SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) j
+			WHERE NOT EXISTS (SELECT 1 FROM clears c WHERE c.key = j.value ->> 4 AND c.at_ns >= j.value ->> 3)
+			ON CONFLICT (key) DO UPDATE SET total = excluded.total, epoch = excluded.epoch, at_ns = excluded.at_ns
+			WHERE excluded.epoch > checkpoints.epoch
+			   OR (excluded.epoch = checkpoints.epoch AND excluded.at_ns >= checkpoints.at_ns)`, jsonList(list))
 		return err
 	})
 }
 
-// LoadMeta implements durable.Meta.
-func (db *DB) LoadMeta(ctx context.Context, key string) ([]byte, error) {
-	if err := db.check(); err != nil {
-		return nil, err
+// ClearCounter implements durable.Lifecycle in one transaction.
+func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
+	if err := sqlkit.ClearKey(key); err != nil {
+		return err
 	}
-	var data []byte
-	err := db.r.QueryRowContext(ctx, `SELECT data FROM meta WHERE key = ?`, key).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: meta %q", durable.ErrNotFound, key)
-	}
+	return db.inTx(ctx, "clear", func(tx *sql.Tx) error {
+		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())
+	})
+}
+
+// Stats implements durable.Lifecycle: row counts, and the pages of the
+// database file plus the write-ahead log.
+func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
+	var st durable.Stats
+	err := db.inReadTx(ctx, "stats", func(tx *sql.Tx) error {
+		var err error
+		if st.Rows, err = sqlkit.CountRows(ctx, conn{tx}); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&st.Bytes)
+	})
 	if err != nil {
-		return nil, durable.Unavailable("load meta", err)
+		return durable.Stats{}, err
 	}
-	if data == nil {
-		data = []byte{}
+	if fi, err := os.Stat(db.path + "-wal"); err == nil {
+		st.Bytes += fi.Size()
 	}
-	return data, nil
+	return st, nil
 }

@@ -45,9 +45,13 @@ var ErrNoMetadata = engine.ErrNoMetadata
 type Config struct {
 	// Engine is the data path: its sketch, metadata and store.
 	Engine *engine.Engine
-	// AutoN turns automatic N on, with Policy.
+	// AutoN turns automatic N on, with Policy. Without it the controller
+	// only moves counters between cold and hot by their namespace's hot
+	// rate.
 	AutoN  bool
 	Policy hotkeys.Policy
+	// NaiveLabels: counters have naive labels and no cold start.
+	NaiveLabels bool
 	// Rebalance turns automatic re-placement on, looking every
 	// RebalanceCheck.
 	Rebalance      bool
@@ -72,22 +76,39 @@ func New(cfg Config) (*Scaler, error) {
 	if (cfg.AutoN || cfg.Rebalance) && m == nil {
 		return nil, ErrNoMetadata
 	}
-	if cfg.AutoN {
-		shared, err := hotkeys.NewShared(hotkeys.SharedConfig{Store: cfg.Engine.Store(), Local: cfg.Engine.WriteSketch(), Now: cfg.Clock.Now})
-		if err != nil {
-			return nil, fmt.Errorf("autoscale: %w", err)
+	if m != nil {
+		// The controller always runs: it moves counters between cold (one
+		// sub-counter) and hot (their namespace's N) by their hot rate;
+		// with automatic N it also sizes hot ones by the budget.
+		policy := cfg.Policy
+		policy.NoBudget = !cfg.AutoN
+		var rates hotkeys.RateSource
+		if cfg.AutoN {
+			shared, err := hotkeys.NewShared(hotkeys.SharedConfig{Store: cfg.Engine.Store(), Local: cfg.Engine.WriteSketch(), Now: cfg.Clock.Now})
+			if err != nil {
+				return nil, fmt.Errorf("autoscale: %w", err)
+			}
+			rates = shared
 		}
+		ns := cfg.Engine.Namespaces()
+		var err error
 		s.auto, err = hotkeys.NewController(hotkeys.ControllerConfig{
 			Sketch:  cfg.Engine.WriteSketch(),
-			Rates:   shared,
+			Rates:   rates,
 			Resizer: m,
-			Policy:  cfg.Policy,
+			Policy:  policy,
 			Clock:   cfg.Clock,
 			Size: func(ctx context.Context, key string) (int, error) {
 				w, _, err := m.Labels(ctx, key)
 				return len(w), err
 			},
-			BaseN:      func(key string) int { return cfg.Engine.Namespaces().Lookup(key).N },
+			BaseN: func(key string) int { return ns.Lookup(key).N },
+			HotRate: func(key string) float64 {
+				if n := ns.Lookup(key); !n.NoColdStart && !cfg.NaiveLabels {
+					return n.HotRate
+				}
+				return 0
+			},
 			OnDecision: func(d hotkeys.Decision) { cfg.Engine.Drop(d.Key) },
 		})
 		if err != nil {
@@ -134,8 +155,9 @@ func (s *Scaler) HotKeys(ctx context.Context, n int) []hotkeys.HotKey {
 	return out
 }
 
-// Decisions returns the automatic-N controller's recent grow and shrink
-// decisions, oldest first (none without automatic N).
+// Decisions returns the controller's recent grow and shrink decisions,
+// oldest first: cold counters turning hot and back, and, with automatic
+// N, sizing by the budget.
 func (s *Scaler) Decisions() []hotkeys.Decision {
 	if s.auto == nil {
 		return nil

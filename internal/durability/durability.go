@@ -260,14 +260,17 @@ func (d *Service) rollupLoop(t clock.Ticker) {
 func (d *Service) Rollup(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	defer cancel()
-	n, err := d.be.Rollup(ctx, d.cfg.Clock.Now().Add(-d.cfg.RollupAge))
+	rep, err := d.be.Rollup(ctx, d.cfg.Clock.Now().Add(-d.cfg.RollupAge))
 	d.rollups.Add(1)
+	d.folded.Add(uint64(rep.Folded))
+	if err == nil && len(rep.Failed) > 0 {
+		err = fmt.Errorf("%d keys not folded: %w", len(rep.Failed), rep.Failed[0])
+	}
 	if err != nil {
 		d.rollupErrs.Add(1)
-		return 0, fmt.Errorf("rollup: %w", err)
+		return rep.Folded, fmt.Errorf("rollup: %w", err)
 	}
-	d.folded.Add(uint64(n))
-	return n, nil
+	return rep.Folded, nil
 }
 
 // checkpointLoop runs a checkpoint round on every tick, and early when the

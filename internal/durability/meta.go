@@ -26,13 +26,18 @@ func (d metaMirror) SaveMeta(ctx context.Context, key string, data []byte) error
 	return d.b.SaveMeta(ctx, key, data)
 }
 
-// LoadMeta implements meta.Durable.
+// LoadMeta implements meta.Durable. An empty record is a deleted one.
 func (d metaMirror) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	data, err := d.b.LoadMeta(ctx, key)
-	if errors.Is(err, durable.ErrNotFound) {
+	if errors.Is(err, durable.ErrNotFound) || (err == nil && len(data) == 0) {
 		return nil, nil
 	}
 	return data, err
+}
+
+// DeleteMeta implements meta.Durable.
+func (d metaMirror) DeleteMeta(ctx context.Context, key string) error {
+	return d.b.SaveMeta(ctx, key, []byte{})
 }
 
 // LoadMetas implements meta.Durable.

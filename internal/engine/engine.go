@@ -104,6 +104,7 @@ type Engine struct {
 	st    store.Store
 	ns    *ns.Table
 	meta  *meta.Manager    // nil when the store keeps no metadata
+	exp   expirer          // nil when the store keeps no deadlines
 	naive map[int][]string // label sets by N without metadata
 
 	labelsDownUntil atomic.Int64 // unix ns: until then WriteLabels fails fast
@@ -112,10 +113,13 @@ type Engine struct {
 	order []*buffer.Buffer                 // bufs, shortest interval first
 	only  *buffer.Buffer                   // set when every key uses this one buffer
 
-	flight   singleflight.Group
-	cache    readCache
-	resizing sync.Map // counter key → struct{}: a resize in this process
-	obs      *observer
+	flight     singleflight.Group
+	cache      readCache
+	resizing   sync.Map // counter key → struct{}: a resize in this process
+	refreshing sync.Map // counter key → struct{}: a background label look-up
+	bg         sync.WaitGroup
+	closing    atomic.Bool
+	obs        *observer
 }
 
 // New returns an Engine for cfg and starts its buffers.
@@ -133,6 +137,7 @@ func New(cfg Config) (*Engine, error) {
 	if e.obs, err = newObserver(cfg.Clock); err != nil {
 		return nil, err
 	}
+	e.exp, _ = cfg.Store.(expirer)
 	if mb, ok := cfg.Store.(meta.Backend); ok {
 		e.meta, err = meta.NewManager(mb, meta.Config{
 			TTL:      cfg.MetaTTL,
@@ -140,6 +145,8 @@ func New(cfg Config) (*Engine, error) {
 			Clock:    cfg.Clock,
 			DefaultN: func(key string) int { return e.ns.Lookup(key).N },
 			Naive:    cfg.NaiveLabels,
+			Cold:     func(key string) bool { return !e.ns.Lookup(key).NoColdStart },
+			Deadline: e.firstDeadline,
 			Durable:  cfg.Durable,
 			Rand:     cfg.Rand,
 		})
@@ -196,6 +203,15 @@ func (e *Engine) WriteLabels(key string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
 	defer cancel()
 	w, _, err := e.meta.Labels(ctx, key)
+	if err == nil {
+		if _, expired := e.expireAtFor(key, keyspace.ColdLabel); expired {
+			// A delta flushed after its counter's deadline starts the
+			// new counter: what is left of the old one goes first.
+			if err = e.expireNow(ctx, key); err == nil {
+				return coldOnly
+			}
+		}
+	}
 	if err != nil {
 		e.labelsDownUntil.Store(e.cfg.Clock.Now().Add(e.cfg.Timeout).UnixNano())
 		return nil

@@ -37,9 +37,17 @@ func newObserver(c clock.Clock) (*observer, error) {
 // arrived records n increments of key accepted.
 func (o *observer) arrived(key string, n int64) { o.arrivals.Observe(key, n) }
 
-// wrote records n cache writes of key's sub-key sub.
+// wrote records n cache writes of key on node.
 func (o *observer) wrote(key string, node string, n int64) {
-	o.writes.Observe(key, n)
+	o.wroteKey(key, n)
+	o.wroteNode(node, n)
+}
+
+// wroteKey records n cache writes of key.
+func (o *observer) wroteKey(key string, n int64) { o.writes.Observe(key, n) }
+
+// wroteNode records n cache writes on node ("" unknown).
+func (o *observer) wroteNode(node string, n int64) {
 	if node == "" {
 		return
 	}
@@ -121,12 +129,15 @@ func (e *Engine) TopKeys(n int) []KeyRate {
 func (e *Engine) WriteSketch() *hotkeys.Sketch { return e.obs.writes }
 
 // nodeOf returns the node that owns sub's slot, or "".
-func (e *Engine) nodeOf(sub string) string {
+func (e *Engine) nodeOf(sub string) string { return e.nodeOfSlot(keyspace.Slot(sub)) }
+
+// nodeOfSlot returns the node that owns slot, or "".
+func (e *Engine) nodeOfSlot(slot uint16) string {
 	t, err := e.st.Topology(context.Background())
 	if err != nil || t == nil || len(t.Nodes) == 0 {
 		return ""
 	}
-	return t.Nodes[t.Owner[keyspace.Slot(sub)]]
+	return t.Nodes[t.Owner[slot]]
 }
 
 // observedSink is the store as the buffers' sink: it records each flushed
@@ -158,6 +169,9 @@ func (s observedSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]stor
 		}
 		s.e.obs.arrived(key, d)
 		s.e.obs.wrote(key, s.e.nodeOf(ops[i].Key), 1)
+		// The delta left this process's pending amount: a cached sum read
+		// before it landed would now miss it.
+		s.e.cache.drop(key)
 	}
 	return res, nil
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/hotcount/hotcount/keyspace"
@@ -35,39 +37,120 @@ type SubRead struct {
 func (r SubRead) Sum() (int64, error) { return SumInt64(r.Values) }
 
 // Read reads the sub-counters of every key, and the plain keys extra,
-// together: the read label sets (cached, or one batched metadata round per
-// node), then one Get of all sub-keys and extra keys (one pipelined round
-// per node). It creates no state. at is the time just before the Get.
+// and creates no state. Counters whose read label sets are cached cost
+// their sub-keys in one Get (one pipelined round per node, together with
+// extra). A batch of several counters first looks the missing label sets
+// up (one batched round per node), then reads every value in one round. A
+// single counter whose labels are not cached has its cold sub-counter read
+// while its metadata is looked up beside it, so a cold counter costs one
+// round trip; only a counter that turns out to have more labels costs a
+// second. at is the time just before the values are read.
 func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRead, extraVals []int64, at time.Time, err error) {
-	var sets [][]string
-	if len(keys) > 0 {
-		if sets, err = e.readSets(ctx, keys); err != nil {
+	sets, missing := e.cachedSets(keys)
+	if len(keys) > 1 && len(missing) > 0 {
+		// A batch: one round per node for the label sets, then one for
+		// every value.
+		mk := make([]string, len(missing))
+		for j, i := range missing {
+			mk[j] = keys[i]
+		}
+		full, _, err := e.meta.ReadSets(ctx, mk)
+		if err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("read: %w", err)
 		}
+		for j, i := range missing {
+			sets[i] = full[j]
+		}
+		missing = nil
 	}
-	all := append(make([]string, 0, len(extra)+8*len(keys)), extra...)
 	reads = make([]SubRead, len(keys))
+	all := append(make([]string, 0, len(extra)+8*len(keys)), extra...)
 	for i, k := range keys {
-		r := SubRead{Key: k, Labels: sets[i], Subs: make([]string, len(sets[i]))}
-		for j, l := range sets[i] {
+		labels := sets[i]
+		if labels == nil {
+			labels = coldOnly // the rest, if any, in a second round
+		}
+		r := SubRead{Key: k, Labels: labels, Subs: make([]string, len(labels))}
+		for j, l := range labels {
 			r.Subs[j] = keyspace.SubKey(k, l)
 		}
 		all = append(all, r.Subs...)
 		reads[i] = r
 	}
+	var full [][]string
+	var metaErr error
+	var wg sync.WaitGroup
+	if len(missing) > 0 {
+		mk := make([]string, len(missing))
+		for j, i := range missing {
+			mk[j] = keys[i]
+		}
+		wg.Go(func() { full, _, metaErr = e.meta.ReadSets(ctx, mk) })
+	}
 	at = e.cfg.Clock.Now()
-	gctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
-	vals, err := e.st.Get(gctx, all)
-	cancel()
+	vals, err := e.get(ctx, all)
+	wg.Wait()
 	if err != nil {
 		return nil, nil, at, fmt.Errorf("read: %w", err)
+	}
+	if metaErr != nil {
+		return nil, nil, at, fmt.Errorf("read: %w", metaErr)
 	}
 	extraVals, vals = vals[:len(extra)], vals[len(extra):]
 	for i := range reads {
 		n := len(reads[i].Subs)
 		reads[i].Values, vals = vals[:n:n], vals[n:]
 	}
+	// Second round: the other labels of counters found to have more.
+	var more []string
+	var owners []int
+	for j, i := range missing {
+		rest := slices.DeleteFunc(slices.Clone(full[j]), func(l string) bool { return l == keyspace.ColdLabel })
+		if len(rest) == 0 {
+			continue
+		}
+		r := &reads[i]
+		r.Labels = append(slices.Clone(r.Labels), rest...)
+		for _, l := range rest {
+			sub := keyspace.SubKey(r.Key, l)
+			r.Subs = append(r.Subs, sub)
+			more = append(more, sub)
+			owners = append(owners, i)
+		}
+	}
+	if len(more) > 0 {
+		mv, err := e.get(ctx, more)
+		if err != nil {
+			return nil, nil, at, fmt.Errorf("read: %w", err)
+		}
+		for x, v := range mv {
+			reads[owners[x]].Values = append(reads[owners[x]].Values, v)
+		}
+	}
 	return reads, extraVals, at, nil
+}
+
+// cachedSets returns the read sets known without a round trip (nil for
+// the others, whose indexes are in missing).
+func (e *Engine) cachedSets(keys []string) (sets [][]string, missing []int) {
+	if e.meta == nil {
+		sets = make([][]string, len(keys))
+		for i, k := range keys {
+			sets[i] = e.naive[e.ns.Lookup(k).N]
+		}
+		return sets, nil
+	}
+	return e.meta.CachedReadSets(keys)
+}
+
+// get reads keys with one Get under the engine's timeout.
+func (e *Engine) get(ctx context.Context, keys []string) ([]int64, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	return e.st.Get(ctx, keys)
 }
 
 // Get returns the sum of key's sub-counters, from the summed-read cache
@@ -148,9 +231,15 @@ func (e *Engine) cached(key string) (Reading, bool) {
 	if !ok {
 		return Reading{}, false
 	}
-	age := e.cfg.Clock.Now().Sub(at)
+	now := e.cfg.Clock.Now()
+	age := now.Sub(at)
 	if age >= e.ns.Lookup(key).ReadCacheTTL || age < 0 {
 		return Reading{}, false
+	}
+	if e.meta != nil {
+		if d := e.meta.CachedDeadline(key); !d.IsZero() && !now.Before(d) {
+			return Reading{}, false
+		}
 	}
 	return Reading{Key: key, Value: v, Stale: age, N: n}, true
 }
@@ -162,10 +251,16 @@ func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, 
 		return nil, err
 	}
 	out := make(map[string]Reading, len(keys))
+	done := e.cfg.Clock.Now() // a read that ends after a deadline may miss parts
 	for _, r := range reads {
 		sum, err := r.Sum()
 		if err != nil {
 			return nil, fmt.Errorf("read %q: %w", r.Key, err)
+		}
+		if e.meta != nil {
+			if d := e.meta.CachedDeadline(r.Key); !d.IsZero() && !done.Before(d) {
+				sum = 0 // past its deadline: gone, whatever is left of it
+			}
 		}
 		out[r.Key] = Reading{Key: r.Key, Value: sum, N: len(r.Subs)}
 		if !e.cfg.NoReadCache {

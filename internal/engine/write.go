@@ -23,6 +23,7 @@ func (e *Engine) startBuffers() error {
 			MaxPendingKeys: e.cfg.MaxPendingKeys,
 			BatchTimeout:   e.cfg.Timeout,
 			Labels:         e.WriteLabels,
+			ExpireAt:       func(key, label string) time.Time { at, _ := e.expireAtFor(key, label); return at },
 			Clock:          e.cfg.Clock,
 			Rand:           e.cfg.Rand,
 			OnError:        e.cfg.OnFlushError,
@@ -48,17 +49,31 @@ func (e *Engine) OnlyBuffer() *buffer.Buffer { return e.only }
 func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 
 // Incr sends delta to one sub-counter of key chosen at random: one INCRBY.
+// When the counter's labels are not cached, the increment goes to its cold
+// label (which every reader sums) and the labels are looked up in the
+// background, so a write never waits for a metadata round trip.
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
-	labels, _, err := e.Labels(ctx, key)
-	if err != nil {
-		return fmt.Errorf("incr %q: %w", key, err)
-	}
 	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
 		// No sub-counter within the bound can take it.
 		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
 	}
-	sub := keyspace.SubKey(key, labels[pick(e.cfg.Rand(), len(labels))])
-	v, err := e.st.IncrBy(ctx, sub, delta)
+	w, err := e.writeSetNow(ctx, key)
+	if err != nil {
+		return fmt.Errorf("incr %q: %w", key, err)
+	}
+	i := pick(e.cfg.Rand(), len(w.labels))
+	label, sub := w.labels[i], w.sub(key, i)
+	at, expired := e.expireAtFor(key, label)
+	if expired {
+		// Past its deadline: what is left goes, and a new counter starts.
+		if err := e.expireNow(ctx, key); err != nil {
+			return fmt.Errorf("incr %q: %w", key, err)
+		}
+		label, sub = keyspace.ColdLabel, keyspace.SubKey(key, keyspace.ColdLabel)
+		at, _ = e.expireAtFor(key, label)
+		w = writeSet{}
+	}
+	v, err := e.incrBy(ctx, sub, delta, at)
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", key, err)
 	}
@@ -72,10 +87,92 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", key, store.ErrOverflow, sub, int64(store.MaxValue))
 	}
 	e.obs.arrived(key, 1)
-	e.obs.wrote(key, e.nodeOf(sub), 1)
+	e.obs.wroteKey(key, 1)
+	e.obs.wroteNode(e.nodeOfSlot(w.slot(sub, i)), 1)
 	e.cache.add(key, delta)
 	return nil
 }
+
+// writeSet is a counter's write labels with, when cached, their sub-keys
+// and slots.
+type writeSet struct {
+	labels []string
+	subs   []string
+	slots  []uint16
+}
+
+func (w writeSet) sub(key string, i int) string {
+	if w.subs != nil {
+		return w.subs[i]
+	}
+	return keyspace.SubKey(key, w.labels[i])
+}
+
+func (w writeSet) slot(sub string, i int) uint16 {
+	if w.slots != nil {
+		return w.slots[i]
+	}
+	return keyspace.Slot(sub)
+}
+
+// writeSetNow is writeLabelsNow with the cached sub-keys.
+func (e *Engine) writeSetNow(ctx context.Context, key string) (writeSet, error) {
+	if e.meta != nil {
+		if l, subs, slots, stale, ok := e.meta.Cached(key); ok {
+			if stale {
+				e.refresh(key)
+			}
+			return writeSet{l, subs, slots}, nil
+		}
+	}
+	l, err := e.writeLabelsNow(ctx, key)
+	return writeSet{labels: l}, err
+}
+
+// writeLabelsNow returns key's write labels without waiting on a cold
+// counter: the cached ones (refreshed in the background before they
+// lapse), or, when none are cached, the cold label while a background
+// look-up fetches them. A counter of a namespace without cold start looks
+// its labels up at once instead (its first write pins them).
+func (e *Engine) writeLabelsNow(ctx context.Context, key string) ([]string, error) {
+	if e.meta == nil {
+		return e.naive[e.ns.Lookup(key).N], nil
+	}
+	w, _, _, stale, ok := e.meta.Cached(key)
+	switch {
+	case ok && stale:
+		e.refresh(key)
+		return w, nil
+	case ok:
+		return w, nil
+	case e.ns.Lookup(key).NoColdStart || e.cfg.NaiveLabels:
+		w, _, err := e.meta.Labels(ctx, key)
+		return w, err
+	}
+	e.refresh(key)
+	return coldOnly, nil
+}
+
+// refresh looks key's labels up again in the background, once at a time.
+func (e *Engine) refresh(key string) {
+	if e.closing.Load() {
+		return
+	}
+	if _, busy := e.refreshing.LoadOrStore(key, struct{}{}); busy {
+		return
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		defer e.refreshing.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		_ = e.meta.Refresh(ctx, key)
+	}()
+}
+
+// coldOnly is the write set of a counter whose labels are not known yet.
+var coldOnly = []string{keyspace.ColdLabel}
 
 // Add adds delta to key's local delta in the buffer of its namespace n
 // (which must use one).
@@ -119,12 +216,15 @@ func (e *Engine) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// CloseBuffers drains and closes every buffer.
+// CloseBuffers drains and closes every buffer, and waits for background
+// label look-ups.
 func (e *Engine) CloseBuffers(ctx context.Context) error {
 	var errs []error
 	for _, b := range e.order {
 		errs = append(errs, b.Close(ctx))
 	}
+	e.closing.Store(true)
+	e.bg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -137,8 +237,9 @@ func (e *Engine) BufferStats() buffer.Stats {
 	return s
 }
 
-// Clear deletes every sub-counter of key, after sending this process's
-// buffered deltas (so they do not land after the clear).
+// Clear deletes every sub-counter of key and its metadata record, after
+// sending this process's buffered deltas (so they do not land after the
+// clear).
 func (e *Engine) Clear(ctx context.Context, key string) error {
 	sets, err := e.readSets(ctx, []string{key})
 	if err != nil {
@@ -150,6 +251,13 @@ func (e *Engine) Clear(ctx context.Context, key string) error {
 	sub := make([]string, len(sets[0]))
 	for i, l := range sets[0] {
 		sub[i] = keyspace.SubKey(key, l)
+	}
+	if e.meta != nil {
+		// A cleared counter is gone: its record goes too, and its next
+		// write starts it again (cold, or pinned anew).
+		if _, err := e.meta.Drop(ctx, key); err != nil {
+			return fmt.Errorf("clear %q: %w", key, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()

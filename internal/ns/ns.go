@@ -63,6 +63,19 @@ type Namespace struct {
 	// ReadCacheTTL is how long a summed read is served from memory; 0
 	// inherits.
 	ReadCacheTTL time.Duration
+	// NoColdStart gives every counter N sub-counters from its first write
+	// (cold_start: false). By default a counter starts cold: one
+	// sub-counter and no metadata, one cache key, until its cache write
+	// rate passes HotRate. It is not inherited.
+	NoColdStart bool
+	// TTL, when set, gives every new counter a deadline: TTL after its
+	// first write. 0 inherits (the defaults' 0: counters never expire).
+	TTL time.Duration
+	// HotRate is the cache writes per second (measured in each process)
+	// past which a cold counter grows to N sub-counters; it folds back
+	// after staying below half of it for the automatic-N hysteresis. 0
+	// inherits.
+	HotRate float64
 }
 
 // UsesBuffer reports whether increments of the namespace go through a
@@ -85,8 +98,8 @@ func New(def Namespace, list []Namespace) (*Table, error) {
 	if err := check(def, "the defaults"); err != nil {
 		return nil, err
 	}
-	if def.N == 0 || def.Mode == "" || def.FlushInterval == 0 || def.ReadCacheTTL == 0 || def.Prefix != "" {
-		return bad("the defaults must have N, Mode, FlushInterval and ReadCacheTTL set and no Prefix")
+	if def.N == 0 || def.Mode == "" || def.FlushInterval == 0 || def.ReadCacheTTL == 0 || def.HotRate == 0 || def.Prefix != "" {
+		return bad("the defaults must have N, Mode, FlushInterval, ReadCacheTTL and HotRate set and no Prefix")
 	}
 	t := &Table{def: def, list: make([]Namespace, 0, len(list))}
 	seen := map[string]bool{}
@@ -113,6 +126,12 @@ func New(def Namespace, list []Namespace) (*Table, error) {
 		if n.ReadCacheTTL == 0 {
 			n.ReadCacheTTL = def.ReadCacheTTL
 		}
+		if n.HotRate == 0 {
+			n.HotRate = def.HotRate
+		}
+		if n.TTL == 0 {
+			n.TTL = def.TTL
+		}
 		t.list = append(t.list, n)
 	}
 	sort.SliceStable(t.list, func(i, j int) bool { return len(t.list[i].Prefix) > len(t.list[j].Prefix) })
@@ -130,6 +149,10 @@ func check(n Namespace, what string) error {
 		return fmt.Errorf("%w: %s: flush interval must not be negative, got %v", ErrInvalid, what, n.FlushInterval)
 	case n.ReadCacheTTL < 0:
 		return fmt.Errorf("%w: %s: read-cache TTL must not be negative, got %v", ErrInvalid, what, n.ReadCacheTTL)
+	case n.TTL < 0:
+		return fmt.Errorf("%w: %s: TTL must not be negative, got %v", ErrInvalid, what, n.TTL)
+	case n.HotRate < 0 || n.HotRate != n.HotRate || n.HotRate > 1e12:
+		return fmt.Errorf("%w: %s: hot rate must be 0..1e12 writes/s, got %v", ErrInvalid, what, n.HotRate)
 	}
 	return nil
 }

@@ -18,6 +18,9 @@ import (
 var shared *Cluster
 
 func TestMain(m *testing.M) {
+	if os.Getenv(retryChildEnv) != "" { // a child of TestRetryFailsOnWrongData
+		os.Exit(m.Run())
+	}
 	code := Main(m, ClusterOptions{Replicas: 1}, &shared)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -52,7 +55,10 @@ func TestSharedClusterHealthy(t *testing.T) {
 	if len(seeds) != 6 || len(shared.Nodes()) != 6 {
 		t.Fatalf("seeds %v, want 6", seeds)
 	}
-	lo, hi := portRange()
+	lo, hi, err := portRange()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ports := map[int]bool{}
 	for _, n := range shared.Nodes() {
 		if ports[n.Port] {

@@ -10,6 +10,11 @@
 //     so that concurrently running test binaries rarely collide and a stopped
 //     node's port is not taken by an outgoing connection before it restarts;
 //     a node that loses the race for its port is retried on another one.
+//     HOTCOUNT_TEST_PORTS=lo-hi (PortsEnv; both bounds included, hi at most
+//     55535 so that bus ports stay valid) sets the range instead, e.g. to
+//     keep two suites on one machine apart or to stay inside a firewall's
+//     open range; a bad value fails every start with ErrBadPorts, saying
+//     what is wrong.
 //  2. Primary i gets config epoch i+1 and the slots
 //     [i*16384/P, (i+1)*16384/P-1]; then node 0 meets every other node and
 //     gossip spreads the membership.
@@ -37,6 +42,13 @@
 // Do and CommandStats speak a minimal RESP2 dialect over a fresh connection
 // per call, so that the package depends on no client library and leaves no
 // goroutines behind.
+//
+// Retry runs a fault test (or a load test whose timeouts leave outcomes
+// unknown) as up to Tries subtests: a try whose fault did not happen is
+// logged and tried again, a try with wrong data fails the test at once,
+// and a test whose fault never happened is skipped with the reason, never
+// failed, so that the suite passes on a busy machine without a test that
+// cannot fail.
 package testenv
 
 import (
@@ -72,6 +84,8 @@ var (
 	// ErrRunning is returned by StartCluster when the directory already holds
 	// a running daemonized cluster.
 	ErrRunning = errors.New("testenv: cluster already running in directory")
+	// ErrBadPorts is returned when PortsEnv holds no valid port range.
+	ErrBadPorts = errors.New("testenv: bad port range")
 )
 
 // fallbackRedis is where Debian and Ubuntu install redis-server.

@@ -4,8 +4,10 @@
 //
 // Each node is one mutex-guarded map. A batch (Get, Del, IncrMulti) takes
 // each involved node's lock once, which is the in-process counterpart of one
-// pipelined round per node, and is counted as such in Stats. Token keys
-// expire by the injected clock.
+// pipelined round per node, and is counted as such in Stats. Token keys and
+// keys with a deadline (expire.go) expire by the injected clock, as Redis
+// keys do: a key past its deadline reads as missing and is removed when
+// touched.
 package mem
 
 import (
@@ -47,6 +49,7 @@ type Store struct {
 type node struct {
 	mu     sync.Mutex
 	ints   map[string]int64
+	exp    map[string]time.Time // key -> deadline, for keys that have one
 	tokens map[string]time.Time // token key -> expiry
 	rounds atomic.Int64
 	cmds   map[string]int64 // guarded by mu
@@ -66,7 +69,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{now: clock.OrReal(cfg.Clock).Now, nodes: make([]*node, cfg.Nodes)}
 	for i := range names {
 		names[i] = fmt.Sprintf("mem-%02d", i)
-		s.nodes[i] = &node{ints: map[string]int64{}, tokens: map[string]time.Time{}, cmds: map[string]int64{}}
+		s.nodes[i] = &node{ints: map[string]int64{}, exp: map[string]time.Time{}, tokens: map[string]time.Time{}, cmds: map[string]int64{}}
 	}
 	s.topo = store.Even(names)
 	return s, nil
@@ -92,7 +95,7 @@ func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, err
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
 	nd.cmds["incrby"]++
-	v, err := add(nd.ints[key], delta)
+	v, err := add(nd.value(key, s.now()), delta)
 	if err != nil {
 		return 0, err
 	}
@@ -129,7 +132,7 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 			} else {
 				nd.cmds["incrby"]++
 			}
-			v, err := add(nd.ints[op.Key], op.Delta)
+			v, err := add(nd.value(op.Key, now), op.Delta)
 			if err == nil && op.TokenKey != "" && (v > store.MaxValue || v < -store.MaxValue) {
 				err = fmt.Errorf("%w: %s would pass the sub-counter bound ±%d", store.ErrOverflow, op.Key, int64(store.MaxValue))
 			}
@@ -144,6 +147,9 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 					ttl = store.DefaultTokenTTL
 				}
 				nd.tokens[op.TokenKey] = now.Add(ttl)
+			}
+			if !op.ExpireAt.IsZero() {
+				nd.expireNX(op.Key, op.ExpireAt)
 			}
 			out[i] = store.IncrResult{Applied: true, Value: v}
 		}
@@ -178,13 +184,14 @@ func (s *Store) Get(ctx context.Context, keys []string) ([]int64, error) {
 		return nil, err
 	}
 	out := make([]int64, len(keys))
+	now := s.now()
 	for n, idx := range s.groups(keys) {
 		nd := s.nodes[n]
 		nd.rounds.Add(1)
 		nd.mu.Lock()
 		for _, i := range idx {
 			nd.cmds["get"]++
-			out[i] = nd.ints[keys[i]]
+			out[i] = nd.value(keys[i], now)
 		}
 		nd.mu.Unlock()
 	}
@@ -203,6 +210,7 @@ func (s *Store) Del(ctx context.Context, keys []string) error {
 		for _, i := range idx {
 			nd.cmds["del"]++
 			delete(nd.ints, keys[i])
+			delete(nd.exp, keys[i])
 		}
 		nd.mu.Unlock()
 	}
@@ -257,10 +265,13 @@ func (s *Store) Stats() map[string]NodeStats {
 // Keys returns every integer key held, sorted (for tests and tools).
 func (s *Store) Keys() []string {
 	var out []string
+	now := s.now()
 	for _, nd := range s.nodes {
 		nd.mu.Lock()
 		for k := range nd.ints {
-			out = append(out, k)
+			if _, ok := nd.live(k, now); ok {
+				out = append(out, k)
+			}
 		}
 		nd.mu.Unlock()
 	}

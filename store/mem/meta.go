@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/hotcount/hotcount/store"
 
 	"github.com/hotcount/hotcount/keyspace"
 )
@@ -19,7 +23,24 @@ import (
 
 type metaTable struct {
 	mu   sync.Mutex
-	recs map[string][]byte // counter key → record
+	recs map[string][]byte    // counter key → record
+	exp  map[string]time.Time // counter key → when its record expires
+}
+
+// deadlineRe finds a record's deadline (Unix ms).
+var deadlineRe = regexp.MustCompile(`"deadline":(\d+)`)
+
+// get returns key's record unless it expired; caller holds t.mu.
+func (t *metaTable) get(key string, now time.Time) ([]byte, bool) {
+	data, ok := t.recs[key]
+	if ok {
+		if at, has := t.exp[key]; has && !now.Before(at) {
+			delete(t.recs, key)
+			delete(t.exp, key)
+			return nil, false
+		}
+	}
+	return data, ok
 }
 
 func (s *Store) metaTable() *metaTable {
@@ -27,6 +48,7 @@ func (s *Store) metaTable() *metaTable {
 	t.mu.Lock()
 	if t.recs == nil {
 		t.recs = map[string][]byte{}
+		t.exp = map[string]time.Time{}
 	}
 	t.mu.Unlock()
 	return t
@@ -40,7 +62,7 @@ func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
 	t := s.metaTable()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	data, ok := t.recs[key]
+	data, ok := t.get(key, s.now())
 	return bytes.Clone(data), ok, nil
 }
 
@@ -67,15 +89,17 @@ func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([][]byte, len(keys))
+	now := s.now()
 	for i, k := range keys {
-		if data, ok := t.recs[k]; ok {
+		if data, ok := t.get(k, now); ok {
 			out[i] = bytes.Clone(data)
 		}
 	}
 	return out, nil
 }
 
-// CASMeta stores data as key's record if the stored record's "epoch"
+// CASMeta stores data (nil: deletes the record) as key's record if the
+// stored record's "epoch"
 // member equals epoch (0: there is no record).
 func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
 	if err := s.check(ctx); err != nil {
@@ -85,7 +109,7 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var cur uint64
-	if old, ok := t.recs[key]; ok {
+	if old, ok := t.get(key, s.now()); ok {
 		e, ok := recordEpoch(old)
 		if !ok {
 			return false, nil
@@ -95,7 +119,17 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 	if cur != epoch {
 		return false, nil
 	}
+	delete(t.exp, key)
+	if data == nil {
+		delete(t.recs, key)
+		return true, nil
+	}
 	t.recs[key] = bytes.Clone(data)
+	if m := deadlineRe.FindSubmatch(data); m != nil {
+		if ms, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil {
+			t.exp[key] = time.UnixMilli(ms).Add(2 * store.DeadlineGrace)
+		}
+	}
 	return true, nil
 }
 
@@ -130,7 +164,7 @@ func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, 
 	if v, ok := nd.ints[marker]; ok {
 		return v, nil
 	}
-	v := nd.ints[sub]
+	v := nd.value(sub, s.now())
 	if v != 0 {
 		nd.ints[sub] = 0
 	}
@@ -154,7 +188,7 @@ func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int
 	if _, ok := nd.ints[marker]; ok {
 		return false, nil
 	}
-	v, err := add(nd.ints[sub], delta)
+	v, err := add(nd.value(sub, s.now()), delta)
 	if err != nil {
 		return false, fmt.Errorf("fold into %q: %w", sub, err)
 	}

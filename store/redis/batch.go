@@ -129,9 +129,11 @@ func (s *Store) round(ctx context.Context, st *state, n int, idx []int, b batch,
 	if c == nil || resend {
 		c = s.client
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	s.count(st.topo.Nodes[n], len(idx), resend)
+	rctx, cancel := s.roundCtx(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	st.counters[n].count(len(idx), resend)
 	bld := c.B()
 	if len(idx) == 1 {
 		res[idx[0]] = c.Do(rctx, b.build(bld, idx[0], resend))

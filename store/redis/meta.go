@@ -22,8 +22,10 @@ import (
 // fold can stay interrupted before it is resumed.
 const FoldMarkerTTL = 7 * 24 * time.Hour
 
-// casMetaScript sets KEYS[1] to ARGV[2] if the record's leading
-// `{"epoch":N` has N equal to ARGV[1] ("0": no record). Returns 1 if set.
+// casMetaScript sets KEYS[1] to ARGV[2] (deletes it when ARGV[2] is empty)
+// if the record's leading `{"epoch":N` has N equal to ARGV[1] ("0": no
+// record); a record with a "deadline" (Unix ms, within a double's exact
+// range) expires ARGV[3] ms after it. Returns 1 if set.
 const casMetaScript = `
 local cur = redis.call('GET', KEYS[1])
 local e = '0'
@@ -33,7 +35,16 @@ end
 if e ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local d = string.match(ARGV[2], '"deadline":(%d+)')
+if d then
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', string.format('%.0f', tonumber(d) + tonumber(ARGV[3])))
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
 return 1
 `
 
@@ -110,6 +121,10 @@ func (s *Store) eval(ctx context.Context, sc script, keys []string, args ...stri
 
 var markerTTL = strconv.FormatInt(FoldMarkerTTL.Milliseconds(), 10)
 
+// recordGrace is how long after its deadline a record is kept: twice
+// store.DeadlineGrace, in ms.
+var recordGrace = strconv.FormatInt((2 * store.DeadlineGrace).Milliseconds(), 10)
+
 // GetMeta returns the metadata record of counter key (GET of
 // keyspace.MetaKey(key)).
 func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
@@ -167,7 +182,7 @@ func (s *Store) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
 // member equals epoch (0: there is no record), in one script.
 func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
 	mk := keyspace.MetaKey(key)
-	r, err := s.eval(ctx, casMeta, []string{mk}, strconv.FormatUint(epoch, 10), string(data))
+	r, err := s.eval(ctx, casMeta, []string{mk}, strconv.FormatUint(epoch, 10), string(data), recordGrace)
 	if err != nil {
 		return false, err
 	}

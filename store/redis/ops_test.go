@@ -257,12 +257,19 @@ func TestIncrMultiTokens(t *testing.T) {
 				t.Fatalf("after reset: %+v", res[0])
 			}
 		})
-		t.Run("exact near max", func(t *testing.T) {
+		t.Run("exact up to the bound", func(t *testing.T) {
 			k := keyspace.SubKey("tok", "3")
-			set(t, s, k, strconv.FormatInt(math.MaxInt64-10, 10))
-			res, _ := s.IncrMulti(ctx, []store.IncrOp{{Key: k, Delta: 3, TokenKey: keyspace.AuxKey("tok", "3", "flush", "c")}})
-			if !res[0].Applied || res[0].Value != math.MaxInt64-7 {
-				t.Fatalf("%+v, want Value %d (no double rounding)", res[0], int64(math.MaxInt64-7))
+			set(t, s, k, strconv.FormatInt(store.MaxValue-10, 10))
+			res, _ := s.IncrMulti(ctx, []store.IncrOp{{Key: k, Delta: 10, TokenKey: keyspace.AuxKey("tok", "3", "flush", "c")}})
+			if !res[0].Applied || res[0].Value != store.MaxValue {
+				t.Fatalf("%+v, want Value %d", res[0], int64(store.MaxValue))
+			}
+			res, _ = s.IncrMulti(ctx, []store.IncrOp{{Key: k, Delta: 1, TokenKey: keyspace.AuxKey("tok", "3", "flush", "c2")}})
+			if !errors.Is(res[0].Err, store.ErrOverflow) || res[0].Applied {
+				t.Fatalf("%+v, want ErrOverflow past the bound", res[0])
+			}
+			if v := get1(t, s, k); v != store.MaxValue {
+				t.Fatalf("value %d after a refused op, want %d", v, int64(store.MaxValue))
 			}
 		})
 		t.Run("not an integer", func(t *testing.T) {

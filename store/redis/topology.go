@@ -49,9 +49,10 @@ func (s *Store) refresh(ctx context.Context, seen uint64, coalesce bool) error {
 			topo.Epoch = old.topo.Epoch + 1
 		}
 	}
-	st := &state{topo: topo, clients: make([]rueidis.Client, len(topo.Nodes))}
+	st := &state{topo: topo, clients: make([]rueidis.Client, len(topo.Nodes)), counters: make([]*nodeCounters, len(topo.Nodes))}
 	for i, n := range topo.Nodes {
 		st.clients[i] = clients[n]
+		st.counters[i] = s.counters(n)
 	}
 	s.state.Store(st)
 	s.refreshDone.Store(seq)

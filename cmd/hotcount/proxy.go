@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/proxy"
+)
+
+// proxyFlags maps the proxy's flag names to the settings they set.
+var proxyFlags = map[string]string{
+	"resp-listen":   setRESPListen,
+	"admin-listen":  setAdminListen,
+	"resp-password": setRESPPassword,
+	"redis":         setRedis,
+	"postgres":      setPostgres,
+	"data":          setData,
+	"mode":          setMode,
+	"config":        setFile,
+}
+
+// runProxy serves the Redis protocol: counter keys (those a namespace of
+// the config file matches) through the Client, every other key passed to
+// the cluster. It runs until ctx is cancelled (SIGINT or SIGTERM), then
+// stops accepting, finishes what clients sent and closes the Client,
+// which flushes every buffered delta.
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("proxy", stdout, stderr)
+	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
+	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
+	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
+	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
+	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
+	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
+	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
+	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	set := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { set[proxyFlags[f.Name]] = f.Value.String() })
+	cfg, err := loadConfig(set, os.LookupEnv)
+	if err != nil {
+		return usagef(stderr, "proxy: %s", proxyFlagNames(err.Error()))
+	}
+	if len(cfg.Redis) == 0 {
+		return usagef(stderr, "proxy: --redis is required (the seeds of the Redis Cluster to front)")
+	}
+	if len(cfg.Namespaces) == 0 {
+		fmt.Fprintln(stderr, "hotcount: warning: no namespaces in the config file: no key is a counter, every command passes through")
+	}
+	return serveProxy(ctx, cfg, stdout, stderr)
+}
+
+// proxyFlagNames writes the proxy's flag names in a configuration error
+// ("flag --resp_listen" is given as --resp-listen).
+func proxyFlagNames(msg string) string {
+	for flagName, setting := range proxyFlags {
+		msg = strings.ReplaceAll(msg, "flag --"+setting+")", "flag --"+flagName+")")
+	}
+	return msg
+}
+
+// proxyClientConfig is the Client configuration of the proxy: serve's,
+// with a 1 ns read cache for namespaces that reply exact (every read is a
+// fresh one).
+func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, map[string]proxy.Reply) {
+	hc := clientConfig(cfg, db)
+	replies := map[string]proxy.Reply{}
+	for i, ns := range cfg.Namespaces {
+		if ns.Reply == string(proxy.ReplyExact) {
+			hc.Namespaces[i].ReadCacheTTL = time.Nanosecond
+		}
+		replies[ns.Prefix] = proxy.Reply(ns.Reply)
+	}
+	return hc, replies
+}
+
+// openProxyDurable opens a durable store only when one is named: a
+// PostgreSQL URL, or a data folder given explicitly (proxies beside many
+// app hosts share PostgreSQL, not a file each).
+func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) {
+	if cfg.Postgres == "" && cfg.Sources[setData] == "default" {
+		return nil, nil
+	}
+	return openDurable(ctx, cfg)
+}
+
+// serveProxy runs the proxy for a validated configuration.
+func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
+	db, err := openProxyDurable(ctx, cfg)
+	if err != nil {
+		return failf(stderr, "proxy: durable store: %v", err)
+	}
+	hcfg, replies := proxyClientConfig(cfg, db)
+	hc, err := hotcount.New(ctx, hcfg)
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		return openFailure(stderr, "proxy", err)
+	}
+	closeClient := func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		err := hc.Close(cctx)
+		if db != nil {
+			err = errors.Join(err, db.Close())
+		}
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	srv, err := proxy.New(ctx, proxy.Config{
+		Counters: hc,
+		Redis:    hcfg.Redis,
+		Password: cfg.RESPPassword,
+		Replies:  replies,
+		Logger:   logger,
+	})
+	if err != nil {
+		closeClient()
+		return failf(stderr, "proxy: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.RESPListen)
+	if err != nil {
+		srv.Close()
+		closeClient()
+		return failf(stderr, "proxy: %v", err)
+	}
+	if !loopback(cfg.RESPListen) && cfg.RESPPassword == "" {
+		fmt.Fprintf(stderr, "hotcount: warning: serving Redis clients on %s beyond loopback without --resp-password\n", cfg.RESPListen)
+	}
+	var admin *http.Server
+	adminDone := make(chan error, 1)
+	if cfg.AdminListen != "off" {
+		h, err := srv.AdminHandler()
+		var aln net.Listener
+		if err == nil {
+			aln, err = net.Listen("tcp", cfg.AdminListen)
+		}
+		if err != nil {
+			ln.Close()
+			srv.Close()
+			closeClient()
+			return failf(stderr, "proxy: admin port: %v", err)
+		}
+		admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(stderr, "hotcount: admin: ", 0)}
+		fmt.Fprintf(stdout, "admin on http://%s\n", aln.Addr())
+		go func() { adminDone <- admin.Serve(aln) }()
+	}
+	fmt.Fprintf(stdout, "listening on redis://%s\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	shutErr := srv.Shutdown(sctx)
+	if admin != nil {
+		_ = admin.Shutdown(sctx)
+	}
+	cancel()
+	closeErr := closeClient()
+	switch {
+	case serveErr != nil && !errors.Is(serveErr, proxy.ErrClosed):
+		return failf(stderr, "proxy: %v", serveErr)
+	case shutErr != nil:
+		return failf(stderr, "proxy: graceful shutdown: %v", shutErr)
+	case closeErr != nil:
+		return failf(stderr, "proxy: closing the client (buffered deltas): %v", closeErr)
+	}
+	fmt.Fprintln(stderr, "hotcount: stopped cleanly")
+	return exitOK
+}
+
+// loopback reports whether a host:port binds to loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,337 @@
+package sqlkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Conn runs statements on a pool, a connection or a transaction of one
+// backend. Statements number their parameters $1, $2, … in the order they
+// first appear (SQLite binds $N names by position too).
+type Conn interface {
+	// Exec runs a statement and returns the number of rows it changed.
+	Exec(ctx context.Context, q string, args ...any) (int64, error)
+	// Query runs a query and calls row for each row it returns; scan reads
+	// the current row.
+	Query(ctx context.Context, q string, args []any, row func(scan func(dst ...any) error) error) error
+}
+
+// Dialect is what differs in the statements the shared operations run.
+type Dialect struct {
+	// In returns a condition: col is one of the strings of list parameter
+	// $n.
+	In func(col string, n int) string
+	// List converts strings to a list parameter.
+	List func([]string) any
+	// Prefix returns a condition: col starts with the text parameter $n.
+	Prefix func(col string, n int) string
+}
+
+// errNoRows: QueryOne found no row.
+var errNoRows = errors.New("no rows")
+
+// QueryOne scans the first row of a query into dst, or returns errNoRows.
+func QueryOne(ctx context.Context, c Conn, q string, args []any, dst ...any) error {
+	found := false
+	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
+		if found {
+			return nil
+		}
+		found = true
+		return scan(dst...)
+	})
+	if err == nil && !found {
+		return errNoRows
+	}
+	return err
+}
+
+// Strings runs a query of one text column.
+func Strings(ctx context.Context, c Conn, q string, args ...any) ([]string, error) {
+	var out []string
+	var s string
+	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
+		if err := scan(&s); err != nil {
+			return err
+		}
+		out = append(out, s)
+		return nil
+	})
+	return out, err
+}
+
+// SaveMeta stores data under key.
+func SaveMeta(ctx context.Context, c Conn, key string, data []byte, now time.Time) error {
+	if !durable.ValidKey(key) {
+		return fmt.Errorf("%w: meta key %q", keyspace.ErrInvalidKey, key)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	_, err := c.Exec(ctx, `INSERT INTO meta (key, data, updated_ns) VALUES ($1, $2, $3)
+		ON CONFLICT (key) DO UPDATE SET data = excluded.data, updated_ns = excluded.updated_ns`,
+		key, data, now.UnixNano())
+	return err
+}
+
+// LoadMeta returns the data under key, or durable.ErrNotFound.
+func LoadMeta(ctx context.Context, c Conn, key string) ([]byte, error) {
+	var data []byte
+	err := QueryOne(ctx, c, `SELECT data FROM meta WHERE key = $1`, []any{key}, &data)
+	if errors.Is(err, errNoRows) {
+		return nil, fmt.Errorf("%w: meta %q", durable.ErrNotFound, key)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, err
+}
+
+// Prune forgets IDs and tombstones past their retention, each in its own
+// statement.
+func Prune(ctx context.Context, c Conn, keep Retention, now time.Time, wrap func(string, error) error) (durable.PruneReport, error) {
+	ids, err := c.Exec(ctx, `DELETE FROM ids WHERE seen_ns < $1`, now.Add(-keep.IDs).UnixNano())
+	tombs, terr := c.Exec(ctx, `DELETE FROM clears WHERE cleared_ns < $1`, now.Add(-keep.Tombstones).UnixNano())
+	return durable.PruneReport{IDs: int(ids), Tombstones: int(tombs)},
+		errors.Join(wrap("prune ids", err), wrap("prune tombstones", terr))
+}
+
+// Tombstones returns the tombstones of keys.
+func Tombstones(ctx context.Context, c Conn, d Dialect, keys []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var k string
+	var at int64
+	err := c.Query(ctx, `SELECT key, at_ns FROM clears WHERE `+d.In("key", 1), []any{d.List(keys)},
+		func(scan func(...any) error) error {
+			if err := scan(&k, &at); err != nil {
+				return err
+			}
+			out[k] = FromNanos(at)
+			return nil
+		})
+	return out, err
+}
+
+// Clear removes everything of counter key but its IDs and records its
+// tombstone, within the caller's transaction. Its bounds rows go first: in
+// PostgreSQL that waits for the batches of the key in flight, so that the
+// deletes of its log rows that follow see them.
+func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time) error {
+	lo, hi := SubKeyRange(key)
+	subs, err := Strings(ctx, tx, `SELECT key FROM checkpoints WHERE key >= $1 AND key < $2`, lo, hi)
+	if err != nil {
+		return err
+	}
+	mine := []string{key}
+	for _, s := range subs {
+		if CounterOf(s) == key {
+			mine = append(mine, s)
+		}
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`DELETE FROM bounds WHERE key = $1`, []any{key}},
+		{`DELETE FROM events WHERE key = $1`, []any{key}},
+		{`DELETE FROM totals WHERE key = $1`, []any{key}},
+		{`DELETE FROM meta WHERE key = $1`, []any{key}},
+		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1), []any{d.List(mine)}},
+		{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
+			ON CONFLICT (key) DO UPDATE SET cleared_ns = excluded.cleared_ns,
+				at_ns = CASE WHEN excluded.at_ns > clears.at_ns THEN excluded.at_ns ELSE clears.at_ns END`,
+			[]any{key, Nanos(at), now.UnixNano()}},
+	} {
+		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadCheckpoints returns the checkpoints of keys.
+func LoadCheckpoints(ctx context.Context, c Conn, d Dialect, keys []string) (map[string]durable.Checkpoint, error) {
+	out := make(map[string]durable.Checkpoint, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	cps, err := checkpoints(ctx, c, `SELECT key, total, epoch, at_ns FROM checkpoints WHERE `+d.In("key", 1), d.List(keys))
+	for _, cp := range cps {
+		out[cp.Key] = cp
+	}
+	return out, err
+}
+
+// ListCheckpoints returns the checkpoints whose key starts with prefix,
+// sorted by key.
+func ListCheckpoints(ctx context.Context, c Conn, d Dialect, prefix string) ([]durable.Checkpoint, error) {
+	return checkpoints(ctx, c, `SELECT key, total, epoch, at_ns FROM checkpoints WHERE `+d.Prefix("key", 1)+
+		` ORDER BY key`, prefix)
+}
+
+func checkpoints(ctx context.Context, c Conn, q string, arg any) ([]durable.Checkpoint, error) {
+	var out []durable.Checkpoint
+	var key string
+	var total, epoch, at int64
+	err := c.Query(ctx, q, []any{arg}, func(scan func(...any) error) error {
+		if err := scan(&key, &total, &epoch, &at); err != nil {
+			return err
+		}
+		out = append(out, Checkpoint(key, total, epoch, at))
+		return nil
+	})
+	return out, err
+}
+
+// Keys lists, sorted, the keys starting with prefix that have a rollup
+// total or log rows.
+func Keys(ctx context.Context, c Conn, d Dialect, prefix string) ([]string, error) {
+	keys, err := Strings(ctx, c, `SELECT key FROM totals WHERE `+d.Prefix("key", 1)+
+		` UNION SELECT key FROM events WHERE `+d.Prefix("key", 1), prefix)
+	return SortKeys(keys), err
+}
+
+// CountRows counts the rows of every table.
+func CountRows(ctx context.Context, c Conn) (map[string]int64, error) {
+	out := make(map[string]int64, len(Tables))
+	for _, t := range Tables {
+		var n int64
+		if err := QueryOne(ctx, c, `SELECT count(*) FROM `+t, nil, &n); err != nil {
+			return nil, err
+		}
+		out[t] = n
+	}
+	return out, nil
+}
+
+// Rows is what pgx.Rows and *sql.Rows share.
+type Rows interface {
+	Next() bool
+	Scan(dst ...any) error
+	Err() error
+}
+
+// Each calls row for every row of rows; the caller closes rows.
+func Each(rows Rows, row func(scan func(dst ...any) error) error) error {
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Common implements the operations of durable.Backend that are the same in
+// every backend; a backend embeds it.
+type Common struct {
+	cfg    CommonConfig
+	closed atomic.Bool
+}
+
+// CommonConfig configures NewCommon.
+type CommonConfig struct {
+	// Read runs reads, Write runs writes (each statement its own
+	// transaction).
+	Read, Write Conn
+	// Dialect is the backend's.
+	Dialect Dialect
+	// Keep is the retention of IDs and tombstones.
+	Keep Retention
+	// Now tells the time.
+	Now func() time.Time
+	// Wrap classifies the errors of an operation.
+	Wrap func(op string, err error) error
+	// ExactMulti is the backend's.
+	ExactMulti func(ctx context.Context, keys []string) (map[string]int64, error)
+}
+
+// NewCommon returns the shared operations of a backend.
+func NewCommon(cfg CommonConfig) *Common { return &Common{cfg: cfg} }
+
+// Check returns store.ErrClosed once c is closed.
+func Check(c *Common) error {
+	if c.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// Shut marks c closed and reports whether it was open.
+func Shut(c *Common) bool { return !c.closed.Swap(true) }
+
+// Exact implements durable.Log.
+func (c *Common) Exact(ctx context.Context, key string) (int64, error) {
+	m, err := c.cfg.ExactMulti(ctx, []string{key})
+	return m[key], err
+}
+
+// LoadCheckpoints implements durable.Checkpoints.
+func (c *Common) LoadCheckpoints(ctx context.Context, keys []string) (map[string]durable.Checkpoint, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := LoadCheckpoints(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("load checkpoints", err)
+}
+
+// ListCheckpoints implements durable.Checkpoints.
+func (c *Common) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	cps, err := ListCheckpoints(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return cps, c.cfg.Wrap("list checkpoints", err)
+}
+
+// SaveMeta implements durable.Meta.
+func (c *Common) SaveMeta(ctx context.Context, key string, data []byte) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	return c.cfg.Wrap("save meta", SaveMeta(ctx, c.cfg.Write, key, data, c.cfg.Now()))
+}
+
+// LoadMeta implements durable.Meta.
+func (c *Common) LoadMeta(ctx context.Context, key string) ([]byte, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	data, err := LoadMeta(ctx, c.cfg.Read, key)
+	return data, c.cfg.Wrap("load meta", err)
+}
+
+// Tombstones implements durable.Lifecycle.
+func (c *Common) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := Tombstones(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("tombstones", err)
+}
+
+// Prune implements durable.Lifecycle; each statement commits on its own.
+func (c *Common) Prune(ctx context.Context) (durable.PruneReport, error) {
+	if err := Check(c); err != nil {
+		return durable.PruneReport{}, err
+	}
+	return Prune(ctx, c.cfg.Write, c.cfg.Keep, c.cfg.Now(), c.cfg.Wrap)
+}
+
+// Keys implements durable.Log.
+func (c *Common) Keys(ctx context.Context, prefix string) ([]string, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	keys, err := Keys(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return keys, c.cfg.Wrap("keys", err)
+}

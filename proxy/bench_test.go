@@ -1,0 +1,325 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/proxy"
+)
+
+// The absorption benchmark runs redis-benchmark, side by side in one run,
+// against:
+//
+//   - the proxy, INCR on a counter key of a buffered namespace;
+//   - the primary that owns a plain key, INCR on that key (direct);
+//   - a bare redcon server that answers INCR from memory (the ceiling of
+//     a Go RESP server on this machine);
+//
+// then GET and SET of a plain key through the proxy and directly. It
+// reports throughputs, their ratios, p50/p99, and the cluster's writes
+// for the proxy run (INFO commandstats on every primary) against the
+// increments, after a flush; the total must be exact.
+//
+//	go test ./proxy -run '^$' -bench Absorption -benchtime 1x
+//
+// The flags of redis-benchmark: HOTCOUNT_BENCH_CLIENTS (default 50),
+// HOTCOUNT_BENCH_REQUESTS (default 200000), HOTCOUNT_BENCH_PIPELINE
+// (default 1).
+
+// benchResult is one redis-benchmark run (its --csv line).
+type benchResult struct {
+	rps, p50, p99 float64
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// redisBenchmark runs redis-benchmark against addr with the given command.
+func redisBenchmark(b testing.TB, addr string, clients, requests, pipeline int, cmd ...string) benchResult {
+	b.Helper()
+	bin := need(b, "redis-benchmark", "", "redis-tools")
+	host, port := hostPort(b, addr)
+	args := append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(requests),
+		"-P", strconv.Itoa(pipeline), "--csv"}, cmd...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		b.Fatalf("redis-benchmark %v: %v\n%s", args, err, out)
+	}
+	var lines []string // the CSV, without warnings
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "\"") {
+			lines = append(lines, l)
+		}
+	}
+	recs, err := csv.NewReader(strings.NewReader(strings.Join(lines, "\n"))).ReadAll()
+	if err != nil || len(recs) < 2 || len(recs[1]) < 7 {
+		b.Fatalf("redis-benchmark %v: output %q (%v)", args, out, err)
+	}
+	f := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+	return benchResult{rps: f(recs[1][1]), p50: f(recs[1][4]), p99: f(recs[1][6])}
+}
+
+// bareServer is a redcon server that answers INCR, GET and SET from
+// memory and PING/CONFIG for redis-benchmark: the ceiling of a Go RESP
+// server, with nothing behind it.
+func bareServer(b testing.TB) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	vals := map[string]int64{}
+	strs := map[string]string{}
+	srv := redcon.NewServerNetwork("tcp", "", func(conn redcon.Conn, cmd redcon.Command) {
+		switch strings.ToLower(string(cmd.Args[0])) {
+		case "incr":
+			mu.Lock()
+			vals[string(cmd.Args[1])]++
+			v := vals[string(cmd.Args[1])]
+			mu.Unlock()
+			conn.WriteInt64(v)
+		case "set":
+			mu.Lock()
+			strs[string(cmd.Args[1])] = string(cmd.Args[2])
+			mu.Unlock()
+			conn.WriteString("OK")
+		case "get":
+			mu.Lock()
+			v, ok := strs[string(cmd.Args[1])]
+			mu.Unlock()
+			if !ok {
+				conn.WriteNull()
+			} else {
+				conn.WriteBulkString(v)
+			}
+		case "config":
+			conn.WriteArray(0)
+		default:
+			conn.WriteString("PONG")
+		}
+	}, nil, nil)
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// clusterWrites returns the write calls (INCRBY, EVALSHA, EVAL, SET, MSET)
+// recorded by INFO commandstats on every primary.
+func clusterWrites(b testing.TB, cl *testenv.Cluster) int64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps, err := cl.Primaries(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, p := range ps {
+		st, err := testenv.CommandStats(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += st["incrby"] + st["incr"] + st["evalsha"] + st["eval"] + st["set"] + st["mset"]
+	}
+	return n
+}
+
+func BenchmarkAbsorption(b *testing.B) {
+	clients := envInt("HOTCOUNT_BENCH_CLIENTS", 50)
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 200000)
+	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
+	requests -= requests % pipeline // redis-benchmark sends whole pipelines
+	for i := 0; i < b.N; i++ {
+		p := uniq(b)
+		counterKey := p + "likes:post:42"
+		e := startProxy(b, []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true}}, proxy.Config{})
+		plain := "{" + p + "}plain"
+		direct := ownerOfTB(b, cluster, plain)
+		bare := bareServer(b)
+
+		ctx := context.Background()
+		if err := cluster.ResetStats(ctx); err != nil {
+			b.Fatal(err)
+		}
+		viaProxy := redisBenchmark(b, e.addr, clients, requests, pipeline, "INCR", counterKey)
+		if err := e.client.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		writes := clusterWrites(b, cluster)
+		onDirect := redisBenchmark(b, direct, clients, requests, pipeline, "INCR", plain)
+		onBare := redisBenchmark(b, bare, clients, requests, pipeline, "INCR", plain)
+
+		// The total, read afresh from the cluster.
+		rd, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Reads: hotcount.ReadConfig{NoCache: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total, err := rd.Get(ctx, counterKey)
+		rd.Close(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if total.Value != int64(requests) {
+			b.Fatalf("after the flush the counter holds %d, %d increments were sent", total.Value, requests)
+		}
+
+		getKey := "{" + p + "}get"
+		r := dialRaw(b, e.addr)
+		r.do("SET", getKey, "0123456789abcdef")
+		setP := redisBenchmark(b, e.addr, clients, requests, pipeline, "SET", getKey, "0123456789abcdef")
+		setD := redisBenchmark(b, ownerOfTB(b, cluster, getKey), clients, requests, pipeline, "SET", getKey, "0123456789abcdef")
+		getP := redisBenchmark(b, e.addr, clients, requests, pipeline, "GET", getKey)
+		getD := redisBenchmark(b, ownerOfTB(b, cluster, getKey), clients, requests, pipeline, "GET", getKey)
+
+		b.Logf("redis-benchmark -c %d -n %d -P %d:", clients, requests, pipeline)
+		b.Logf("  INCR via proxy (buffered counter)  %9.0f req/s  p50 %.3f ms  p99 %.3f ms", viaProxy.rps, viaProxy.p50, viaProxy.p99)
+		b.Logf("  INCR direct (owning primary)       %9.0f req/s  p50 %.3f ms  p99 %.3f ms", onDirect.rps, onDirect.p50, onDirect.p99)
+		b.Logf("  INCR bare redcon (ceiling)         %9.0f req/s  p50 %.3f ms  p99 %.3f ms", onBare.rps, onBare.p50, onBare.p99)
+		b.Logf("  proxy/direct %.2f  proxy/bare %.2f  bare/direct %.2f", viaProxy.rps/onDirect.rps, viaProxy.rps/onBare.rps, onBare.rps/onDirect.rps)
+		b.Logf("  cluster writes %d for %d increments (1/%.0f); total after flush %d (exact)", writes, requests, float64(requests)/float64(max(writes, 1)), total.Value)
+		b.Logf("  SET via proxy %9.0f  direct %9.0f  ratio %.2f (p99 %.3f / %.3f ms)", setP.rps, setD.rps, setP.rps/setD.rps, setP.p99, setD.p99)
+		b.Logf("  GET via proxy %9.0f  direct %9.0f  ratio %.2f (p99 %.3f / %.3f ms)", getP.rps, getD.rps, getP.rps/getD.rps, getP.p99, getD.p99)
+		b.ReportMetric(viaProxy.rps, "proxy-incr/s")
+		b.ReportMetric(onDirect.rps, "direct-incr/s")
+		b.ReportMetric(onBare.rps, "bare-incr/s")
+		b.ReportMetric(viaProxy.rps/onDirect.rps, "proxy/direct")
+		b.ReportMetric(viaProxy.rps/onBare.rps, "proxy/bare")
+		b.ReportMetric(float64(writes)/float64(requests), "writes/incr")
+		b.ReportMetric(viaProxy.p50, "proxy-p50-ms")
+		b.ReportMetric(viaProxy.p99, "proxy-p99-ms")
+		b.ReportMetric(setP.rps/setD.rps, "set-proxy/direct")
+		b.ReportMetric(getP.rps/getD.rps, "get-proxy/direct")
+		if float64(writes) > float64(requests)/100 {
+			b.Errorf("the cluster took %d writes for %d increments: more than 1/100", writes, requests)
+		}
+	}
+}
+
+// ownerOfTB returns the primary of cl that owns key's slot.
+func ownerOfTB(b testing.TB, cl *testenv.Cluster, key string) string {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps, err := cl.Primaries(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range ps {
+		if _, err := testenv.Do(ctx, p, "EXISTS", key); err == nil {
+			return p
+		}
+	}
+	b.Fatalf("no primary owns %q", key)
+	return ""
+}
+
+// CPUCap, when set, puts the process pid under its own equal CPU share
+// (a cgroup). It is the hook for the scale-out table: `hotcount cluster
+// up --node-cpu` builds such caps for Redis nodes; until the same helper
+// exists for a proxy process, BenchmarkScaleOut runs uncapped and says so.
+var CPUCap func(pid int) error
+
+// BenchmarkScaleOut runs 1, 2 and 4 `hotcount proxy` processes in front
+// of the shared cluster, each driven by its own redis-benchmark on one
+// counter key (buffered, 500 ms flushes), and reports the increments
+// absorbed per second and the cluster's writes per second for each count.
+// Without CPUCap the proxies share this machine's cores, so the absorbed
+// rate cannot grow with the count; the writes per second still show
+// about proxies × 2 flushes per second.
+//
+//	go test ./proxy -run '^$' -bench ScaleOut -benchtime 1x
+func BenchmarkScaleOut(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "hotcount")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/hotcount").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(b.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(cfg, []byte("namespaces:\n  - {prefix: \"scale:\", buffered: true}\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 200000)
+	if CPUCap == nil {
+		b.Log("no CPUCap: proxies run uncapped on shared cores (see CPUCap)")
+	}
+	for i := 0; i < b.N; i++ {
+		b.Logf("%8s %16s %18s %12s", "proxies", "increments/s", "cluster writes/s", "writes/incr")
+		for _, n := range []int{1, 2, 4} {
+			key := fmt.Sprintf("scale:%s:%d", uniq(b), n)
+			var addrs []string
+			for j := 0; j < n; j++ {
+				addrs = append(addrs, startProxyProcess(b, bin, cfg))
+			}
+			ctx := context.Background()
+			if err := cluster.ResetStats(ctx); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			var wg sync.WaitGroup
+			for _, a := range addrs {
+				wg.Add(1)
+				go func() { defer wg.Done(); redisBenchmark(b, a, 50, requests, 1, "INCR", key) }()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			writes := clusterWrites(b, cluster)
+			total := float64(n * requests)
+			b.Logf("%8d %16.0f %18.1f %12.5f", n, total/elapsed.Seconds(), float64(writes)/elapsed.Seconds(), float64(writes)/total)
+		}
+	}
+}
+
+// startProxyProcess runs `hotcount proxy` as a process (under CPUCap when
+// set) and returns its Redis address.
+func startProxyProcess(b testing.TB, bin, cfg string) string {
+	b.Helper()
+	cmd := exec.Command(bin, "proxy", "--resp-listen", "127.0.0.1:0", "--admin-listen", "off",
+		"--redis", strings.Join(cluster.Seeds(), ","), "--config", cfg)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	if CPUCap != nil {
+		if err := CPUCap(cmd.Process.Pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	buf := make([]byte, 256)
+	var line string
+	for !strings.Contains(line, "\n") {
+		n, err := out.Read(buf)
+		if err != nil {
+			b.Fatalf("proxy process: %v (%q)", err, line)
+		}
+		line += string(buf[:n])
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on redis://")
+	if !ok {
+		b.Fatalf("proxy process said %q", line)
+	}
+	return addr
+}

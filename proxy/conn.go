@@ -1,0 +1,398 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/tidwall/redcon"
+)
+
+const (
+	// readChunk is the initial read buffer and the least free space a
+	// read gets.
+	readChunk = 16 << 10
+	// shrinkAbove: a read buffer larger than this is given back once it
+	// is empty.
+	shrinkAbove = 1 << 20
+	// slowWriteAt: replies larger than this are written under a deadline
+	// (writeTimeout), so that a client that stops reading cannot hold a
+	// connection goroutine forever.
+	slowWriteAt  = 64 << 10
+	writeTimeout = 30 * time.Second
+)
+
+// conn is one client connection. Its goroutine reads what the client
+// sent, splits it into commands with redcon's parser, runs them in order
+// and writes the replies, one write per batch of pipelined commands.
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	id      int64
+	addr    string
+	laddr   string
+	created time.Time
+
+	meta struct { // read by other connections (CLIENT LIST)
+		sync.Mutex
+		name, libName, libVer string
+		lastCmd               string
+		proto                 int
+	}
+	lastActive atomic.Int64 // unix ns of the last command
+
+	rbuf    []byte   // unparsed input
+	pending []byte   // input read while a command blocked, parsed next
+	argbuf  [][]byte // arguments of the batch being run (alias rbuf)
+	out     []byte   // replies not yet written
+	scratch []byte   // message serialization (appendMessage)
+	keybuf  []int
+	group   group // pass-through commands of the batch not yet sent
+
+	proto  int // 2 or 3
+	authed bool
+	tx     txState
+	quit   bool
+
+	ctx    context.Context // ends when the connection or the server ends
+	cancel context.CancelFunc
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		s:       s,
+		nc:      nc,
+		id:      s.nextID.Add(1),
+		addr:    nc.RemoteAddr().String(),
+		laddr:   nc.LocalAddr().String(),
+		created: s.cfg.Clock.Now(),
+		proto:   2,
+		authed:  s.cfg.Password == "",
+		rbuf:    make([]byte, 0, readChunk),
+	}
+	c.tx.slot = -1
+	c.meta.proto = 2
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	return c
+}
+
+// stop makes the connection end after the batch it is running: its read
+// returns at once.
+func (c *conn) stop() { _ = c.nc.SetReadDeadline(time.Unix(1, 0)) }
+
+// serve runs the connection until the client leaves, sends QUIT, breaks
+// the protocol or the server shuts down.
+func (c *conn) serve() {
+	defer func() {
+		c.cancel()
+		c.tx.release(c)
+		_ = c.nc.Close()
+	}()
+	for {
+		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 {
+			c.growBuffer()
+		}
+		n, err := c.nc.Read(c.rbuf[len(c.rbuf):cap(c.rbuf)])
+		c.rbuf = c.rbuf[:len(c.rbuf)+n]
+		if n > 0 && !c.handleInput() {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// growBuffer makes room to read: it doubles the buffer, up to what
+// MaxCommandSize needs.
+func (c *conn) growBuffer() {
+	size := max(2*cap(c.rbuf), readChunk)
+	if limit := c.s.cfg.MaxCommandSize + readChunk; size > limit {
+		size = max(limit, len(c.rbuf)+readChunk)
+	}
+	nb := make([]byte, len(c.rbuf), size)
+	copy(nb, c.rbuf)
+	c.rbuf = nb
+}
+
+// protocolError is malformed or oversized input; the client gets
+// "-ERR Protocol error: ..." and the connection is closed, as in Redis.
+type protocolError string
+
+func (e protocolError) Error() string { return "Protocol error: " + string(e) }
+
+// errCommandPanic stands for a panic of the parser on hostile input.
+const errCommandPanic = protocolError("invalid bulk length")
+
+// readCommand is redcon.ReadNextCommand, which indexes past the input on
+// some forged lengths (a bulk length near the int range, or negative):
+// such a panic is turned into a protocol error.
+func readCommand(packet []byte, argsbuf [][]byte) (complete bool, args [][]byte, kind redcon.Kind, leftover []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			complete, args, leftover, err = false, nil, packet, errCommandPanic
+		}
+	}()
+	return redcon.ReadNextCommand(packet, argsbuf)
+}
+
+// handleInput runs every complete command in the read buffer and writes
+// the replies. It returns false when the connection must close.
+func (c *conn) handleInput() bool {
+	for {
+		if !c.handleBatch() {
+			return false
+		}
+		if len(c.pending) == 0 {
+			return true
+		}
+		c.rbuf = append(c.rbuf, c.pending...)
+		c.pending = c.pending[:0]
+	}
+}
+
+// handleBatch runs the complete commands in the read buffer and writes
+// their replies.
+func (c *conn) handleBatch() bool {
+	data := c.rbuf
+	c.argbuf = c.argbuf[:0]
+	var bounds [64][2]int
+	cmds := bounds[:0]
+	var perr error
+	for len(data) > 0 {
+		start := len(c.argbuf)
+		complete, args, kind, leftover, err := readCommand(data, c.argbuf[start:])
+		if err != nil {
+			perr = err
+			break
+		}
+		if !complete {
+			break
+		}
+		if kind == redcon.Tile38 {
+			perr = protocolError("expected '*' or an inline command")
+			break
+		}
+		data = leftover
+		if len(args) == 0 {
+			continue
+		}
+		c.argbuf = append(c.argbuf[:start], args...)
+		cmds = append(cmds, [2]int{start, len(c.argbuf)})
+	}
+	if perr == nil && len(data) > 0 {
+		perr = c.checkPartial(data)
+	}
+	c.runAll(cmds)
+	if perr != nil && !c.quit {
+		c.s.stats.protocolErrors.Add(1)
+		msg := perr.Error()
+		if len(msg) < 3 || msg[:3] != "ERR" {
+			msg = "ERR " + msg
+		}
+		c.out = appendErr(c.out, msg)
+		c.quit = true
+	}
+	if !c.write() {
+		return false
+	}
+	// Keep the unfinished command at the front of the buffer.
+	if len(data) == 0 && cap(c.rbuf) > shrinkAbove {
+		c.rbuf = make([]byte, 0, readChunk)
+	} else {
+		n := copy(c.rbuf, data)
+		c.rbuf = c.rbuf[:n]
+	}
+	clear(c.argbuf[:cap(c.argbuf)]) // drop references into the buffer
+	return !c.quit
+}
+
+// runAll runs a batch of commands. A panic (a bug) is answered with an
+// error, counted, logged, and closes the connection, whose state may be
+// broken; other connections go on.
+func (c *conn) runAll(cmds [][2]int) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.s.stats.panics.Add(1)
+			c.s.cfg.Logger.Error("proxy: panic serving a connection", "panic", v, "stack", string(debug.Stack()))
+			c.out = appendErr(c.out, "ERR hotcount proxy: internal error")
+			c.group.reset()
+			c.quit = true
+		}
+	}()
+	for _, b := range cmds {
+		if c.quit {
+			break
+		}
+		c.run(c.argbuf[b[0]:b[1]])
+	}
+	c.flushGroup()
+}
+
+// checkPartial bounds an unfinished command: its size (MaxCommandSize),
+// the line of an inline command (MaxInlineSize) and the argument count it
+// announces (MaxMultiBulk), as Redis does.
+func (c *conn) checkPartial(data []byte) error {
+	if len(data) > c.s.cfg.MaxCommandSize {
+		return protocolError(fmt.Sprintf("command larger than %d bytes", c.s.cfg.MaxCommandSize))
+	}
+	if data[0] != '*' {
+		if len(data) > MaxInlineSize {
+			return protocolError("too big inline request")
+		}
+		return nil
+	}
+	// The announced argument count is the first line: "*<n>\r\n".
+	for i := 1; i < len(data) && i < 24; i++ {
+		if data[i] == '\n' {
+			if n, err := strconv.Atoi(string(data[1 : i-1])); err == nil && n > MaxMultiBulk {
+				return protocolError("invalid multibulk length")
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// write sends the replies of the batch.
+func (c *conn) write() bool {
+	if len(c.out) == 0 {
+		return true
+	}
+	if len(c.out) > slowWriteAt {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
+	_, err := c.nc.Write(c.out)
+	if len(c.out) > slowWriteAt {
+		_ = c.nc.SetWriteDeadline(time.Time{})
+	}
+	if cap(c.out) > shrinkAbove {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	return err == nil
+}
+
+// group is a run of pass-through commands, each in one slot, sent to the
+// cluster together (rueidis pipelines them per node) and answered in
+// order.
+type group struct {
+	cmds   []rueidis.Completed
+	shapes []nullShape
+}
+
+func (g *group) reset() {
+	clear(g.cmds)
+	g.cmds = g.cmds[:0]
+	g.shapes = g.shapes[:0]
+}
+
+// flushGroup sends the pending pass-through commands and appends their
+// replies.
+func (c *conn) flushGroup() {
+	g := &c.group
+	if len(g.cmds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.Timeout)
+	up := c.s.upstream(c.proto)
+	if len(g.cmds) == 1 {
+		res := up.Do(ctx, g.cmds[0])
+		c.appendResult(&res, &g.shapes[0])
+	} else {
+		res := up.DoMulti(ctx, g.cmds...)
+		for i := range res {
+			c.appendResult(&res[i], &g.shapes[i])
+		}
+	}
+	cancel()
+	g.reset()
+}
+
+// appendResult appends one upstream result: the reply as Redis wrote it,
+// or an error that says the cluster could not be reached.
+func (c *conn) appendResult(res *rueidis.RedisResult, shape *nullShape) {
+	if err := res.NonRedisError(); err != nil {
+		c.s.stats.upstreamErrors.Add(1)
+		c.out = appendErr(c.out, upstreamError(err))
+		return
+	}
+	msg, _ := res.ToMessage()
+	out, err := appendMessage(c.out, &msg, c.proto, shape, &c.scratch)
+	if err != nil {
+		c.s.stats.upstreamErrors.Add(1)
+		c.out = appendErr(c.out, "ERR hotcount proxy: "+err.Error())
+		return
+	}
+	c.out = out
+}
+
+// upstreamError is the reply for a failed round trip to the cluster.
+func upstreamError(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "ERR hotcount proxy: the cluster did not answer in time"
+	case errors.Is(err, context.Canceled):
+		return "ERR hotcount proxy: shutting down"
+	}
+	return "ERR hotcount proxy: cluster unavailable: " + err.Error()
+}
+
+// watchClient runs f with a context that ends when the client hangs up,
+// for commands that may block for long (BLPOP, XREAD BLOCK): the
+// connection's goroutine is busy in f, so a second one reads meanwhile.
+// What it reads (the client may pipeline more) is kept in c.pending and
+// parsed after the current batch.
+func (c *conn) watchClient(f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	var (
+		wg         sync.WaitGroup
+		stop, gone atomic.Bool
+		extra      []byte
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.nc.Read(buf)
+			if n > 0 {
+				if len(extra)+n > c.s.cfg.MaxCommandSize {
+					gone.Store(true)
+					cancel()
+					return
+				}
+				extra = append(extra, buf[:n]...)
+			}
+			if err != nil {
+				if !stop.Load() {
+					gone.Store(true) // the client left, or the server stops
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+	f(ctx)
+	stop.Store(true)
+	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	wg.Wait()
+	c.s.mu.Lock()
+	if !c.s.closing {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	c.s.mu.Unlock()
+	if gone.Load() {
+		c.quit = true
+	}
+	c.pending = append(c.pending, extra...)
+}

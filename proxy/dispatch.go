@@ -1,0 +1,322 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/redis/rueidis"
+)
+
+// handler runs one command that the proxy answers itself.
+type handler func(c *conn, args [][]byte)
+
+// local lists the commands the proxy answers itself, by lower-case name.
+var local map[string]handler
+
+func init() {
+	local = map[string]handler{
+		"ping":     (*conn).ping,
+		"echo":     (*conn).echo,
+		"hello":    (*conn).hello,
+		"auth":     (*conn).auth,
+		"select":   (*conn).selectDB,
+		"client":   (*conn).client,
+		"info":     (*conn).infoCmd,
+		"quit":     (*conn).quitCmd,
+		"reset":    (*conn).reset,
+		"multi":    (*conn).multi,
+		"exec":     (*conn).exec,
+		"discard":  (*conn).discard,
+		"watch":    (*conn).watch,
+		"unwatch":  (*conn).unwatch,
+		"dbsize":   (*conn).dbsize,
+		"keys":     (*conn).keysCmd,
+		"flushall": (*conn).flushAll,
+		"flushdb":  (*conn).flushAll,
+		"scan":     (*conn).scan,
+		"script":   (*conn).script,
+		"role":     (*conn).role,
+		"config":   (*conn).config,
+	}
+	for _, name := range refusedNames {
+		local[name] = (*conn).refuse
+	}
+}
+
+// refusedNames are commands the proxy answers with an error: pub/sub
+// (a subscribed connection would need its own upstream connection per
+// client), replication and node administration, and per-connection
+// features the pass-through cannot keep (MONITOR, client tracking).
+var refusedNames = []string{
+	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
+	"monitor", "sync", "psync", "replconf", "replicaof", "slaveof", "shutdown", "debug",
+	"cluster", "readonly", "readwrite", "asking", "failover", "swapdb", "move", "migrate",
+	"save", "bgsave", "bgrewriteaof", "lastsave", "acl", "module", "function",
+	"wait", "waitaof", "slowlog", "latency",
+}
+
+// refusal says why a refused command is not served.
+func refusal(name string) string {
+	switch name {
+	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+		return "pub/sub is not supported by the hotcount proxy; PUBLISH works, subscribe on the cluster directly"
+	case "monitor":
+		return "MONITOR is not supported by the hotcount proxy; run it on a cluster node"
+	}
+	return strings.ToUpper(name) + " is not supported by the hotcount proxy; run it on the cluster nodes directly"
+}
+
+// notAuthed lists the commands a client may send before AUTH.
+func notAuthed(name string) bool {
+	return name == "auth" || name == "hello" || name == "quit" || name == "reset"
+}
+
+// run runs one command.
+func (c *conn) run(args [][]byte) {
+	s := c.s
+	s.stats.commands.Add(1)
+	if len(args[0]) == 0 {
+		c.flushGroup()
+		c.out = appendErr(c.out, unknownCommand(args))
+		return
+	}
+	var nb [32]byte
+	lname := lower(nb[:0], args[0])
+	name := string(lname) // one allocation per command; names are short
+	c.noteCommand(name)
+	if !c.authed && !notAuthed(name) {
+		c.flushGroup()
+		c.out = appendErr(c.out, "NOAUTH Authentication required.")
+		return
+	}
+	if h := local[name]; h != nil && (!c.tx.inMulti || txControl(name)) {
+		c.flushGroup()
+		h(c, args)
+		return
+	}
+	if strings.HasSuffix(name, "subscribe") {
+		// Never passed on: rueidis keeps subscriptions to itself.
+		c.flushGroup()
+		c.out = appendErr(c.out, unknownCommand(args))
+		return
+	}
+	ci := s.cmds.lookup(args)
+	strs := c.strings(args)
+	if c.tx.inMulti {
+		c.flushGroup()
+		c.txQueue(name, ci, args, strs)
+		return
+	}
+	if ci == nil || !ci.arityOK(len(args)) {
+		// Any node answers the unknown-command or arity error.
+		c.queue(strs, -1, ci, nil)
+		return
+	}
+	keys, ok := ci.keyIndexes(args, c.keybuf[:0])
+	c.keybuf = keys
+	if !ok {
+		c.flushGroup()
+		if keys, ok = c.getKeys(strs); !ok {
+			return // answered
+		}
+	}
+	var counter []bool
+	for i, k := range keys {
+		if _, ok := s.counters.Namespace(strs[k]); ok {
+			if counter == nil {
+				counter = make([]bool, len(keys))
+			}
+			counter[i] = true
+		}
+	}
+	switch {
+	case counter != nil:
+		c.flushGroup()
+		c.counterCommand(name, ci, args, strs, keys, counter)
+	case len(keys) == 0:
+		c.queue(strs, -1, ci, args)
+	default:
+		if _, same := c.slotOf(strs, keys); !same {
+			c.flushGroup()
+			c.crossSlot(name, ci, strs, keys, nil)
+			return
+		}
+		if ci.blocks(args) {
+			c.flushGroup()
+			c.blocking(ci.baseName(), strs, keys[0], args)
+			return
+		}
+		c.queue(strs, keys[0], ci, args)
+	}
+}
+
+// txControl names the commands that act on a transaction rather than
+// being queued in it.
+func txControl(name string) bool {
+	switch name {
+	case "exec", "discard", "multi", "watch", "quit", "reset":
+		return true
+	}
+	return false
+}
+
+// noteCommand records the last command for CLIENT INFO and LIST.
+func (c *conn) noteCommand(name string) {
+	c.lastActive.Store(c.s.cfg.Clock.Now().UnixNano())
+	c.meta.Lock()
+	c.meta.lastCmd = name
+	c.meta.Unlock()
+}
+
+// strings copies a command's arguments into strings (rueidis keeps them
+// until the reply arrives; the read buffer is reused before that).
+func (c *conn) strings(args [][]byte) []string {
+	strs := make([]string, len(args))
+	for i, a := range args {
+		strs[i] = string(a)
+	}
+	return strs
+}
+
+// slotOf returns the slot of the keys and whether they share it (always,
+// when the upstream is not a cluster).
+func (c *conn) slotOf(strs []string, keys []int) (uint16, bool) {
+	if len(keys) == 0 {
+		return 0, true
+	}
+	slot := keyspace.Slot(strs[keys[0]])
+	if !c.s.cluster {
+		return slot, true
+	}
+	for _, k := range keys[1:] {
+		if keyspace.Slot(strs[k]) != slot {
+			return slot, false
+		}
+	}
+	return slot, true
+}
+
+// build makes the rueidis command for strs, routed by the key at position
+// key (-1: any node). rueidis computes the slot from that one key; the
+// others share it (checked by the caller).
+func (c *conn) build(strs []string, key int) (cmd rueidis.Completed) {
+	b := c.s.upstream(c.proto).B()
+	if key <= 0 {
+		return b.Arbitrary(strs...).Build()
+	}
+	return b.Arbitrary(strs[:key]...).Keys(strs[key]).Args(strs[key+1:]...).Build()
+}
+
+// queue adds a pass-through command to the batch's group.
+func (c *conn) queue(strs []string, key int, ci *cmdInfo, args [][]byte) {
+	shape := nullShape{}
+	if ci != nil && args != nil {
+		shape = shapeOf(ci.baseName(), args)
+	}
+	c.s.stats.passed.Add(1)
+	c.group.cmds = append(c.group.cmds, c.build(strs, key))
+	c.group.shapes = append(c.group.shapes, shape)
+}
+
+// baseName is the command's name without its subcommand.
+func (ci *cmdInfo) baseName() string {
+	name, _, _ := strings.Cut(ci.name, "|")
+	return name
+}
+
+// do sends one command now and appends its reply.
+func (c *conn) do(strs []string, key int, shape nullShape) {
+	c.s.stats.passed.Add(1)
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.Timeout)
+	defer cancel()
+	res := c.s.upstream(c.proto).Do(ctx, c.build(strs, key))
+	c.appendResult(&res, &shape)
+}
+
+// blocking runs a command that may block (BLPOP, XREAD BLOCK, ...) on a
+// connection of rueidis's blocking pool. It waits as long as the command
+// asks, and ends when the client hangs up or the proxy shuts down.
+func (c *conn) blocking(name string, strs []string, key int, args [][]byte) {
+	c.s.stats.passed.Add(1)
+	b := c.s.upstream(c.proto).B()
+	cmd := b.Arbitrary(strs[:key]...).Keys(strs[key]).Args(strs[key+1:]...).Blocking()
+	shape := shapeOf(name, args)
+	c.watchClient(func(ctx context.Context) {
+		res := c.s.upstream(c.proto).Do(ctx, cmd)
+		c.appendResult(&res, &shape)
+	})
+}
+
+// getKeys asks the cluster for the keys of a movable-key command the
+// proxy has no rule for (COMMAND GETKEYS). When the cluster answers an
+// error (the arguments are wrong), that error is the reply and ok is
+// false.
+func (c *conn) getKeys(strs []string) (keys []int, ok bool) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.Timeout)
+	defer cancel()
+	up := c.s.upstream(c.proto)
+	res := up.Do(ctx, up.B().Arbitrary("COMMAND", "GETKEYS").Args(strs...).Build())
+	if err := res.NonRedisError(); err != nil {
+		c.out = appendErr(c.out, upstreamError(err))
+		return nil, false
+	}
+	if err := res.Error(); err != nil {
+		// e.g. "Invalid arguments specified for command": forward the
+		// command itself to any node, which answers its own error.
+		c.do(strs, -1, nullShape{})
+		return nil, false
+	}
+	names, _ := res.AsStrSlice()
+	used := make([]bool, len(strs))
+	for _, n := range names {
+		for i := 1; i < len(strs); i++ {
+			if !used[i] && strs[i] == n {
+				used[i] = true
+				keys = append(keys, i)
+				break
+			}
+		}
+	}
+	return keys, true
+}
+
+// unknownCommand is Redis's reply to a command it does not know.
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ERR unknown command '%.128s', with args beginning with: ", args[0])
+	for _, a := range args[1:] {
+		if b.Len() > 1024 {
+			break
+		}
+		fmt.Fprintf(&b, "'%.128s' ", a)
+	}
+	return b.String()
+}
+
+// refuse answers a command the proxy does not serve.
+func (c *conn) refuse(args [][]byte) {
+	c.s.stats.refused.Add(1)
+	var nb [32]byte
+	c.out = appendErr(c.out, "ERR "+refusal(string(lower(nb[:0], args[0]))))
+}
+
+// counterNames lists what counter keys accept, for error messages.
+const counterNames = "GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST"
+
+// notForCounters is the error for a command a counter key does not
+// accept.
+func notForCounters(name, key string) string {
+	return fmt.Sprintf("ERR %s is not supported on counter key '%.200s'; counter keys accept %s",
+		strings.ToUpper(name), key, counterNames)
+}
+
+// replyOf returns the reply mode of the counter namespace of key.
+func (c *conn) replyOf(ns hotcount.Namespace) Reply {
+	if r, ok := c.s.cfg.Replies[ns.Prefix]; ok {
+		return r
+	}
+	return ReplyEstimate
+}

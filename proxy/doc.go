@@ -1,0 +1,129 @@
+// Package proxy is a Redis-protocol front for hotcount: existing Redis
+// clients in any language send INCR to the proxy and get hot-counter
+// absorption with no code change, while every other command reaches the
+// Redis Cluster behind it unchanged.
+//
+// # Keys
+//
+// A counter key is a key that a counter namespace matches
+// (Counters.Namespace). Counter keys are served by the hotcount Client:
+//
+//   - INCR, INCRBY, DECR, DECRBY add through the Client: sharded,
+//     buffered or durable as the namespace says. INCRBY by 0 reads.
+//   - GET and MGET (mixed freely with plain keys) answer the summed value;
+//     a counter that does not exist (Client.Exists, asked only when the
+//     sum is 0) reads nil, as in Redis.
+//   - DEL and UNLINK clear the counter (Client.Clear) and count it when it
+//     existed; EXISTS and TYPE ("string" or "none") work.
+//   - EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT (without NX, XX, GT, LT)
+//     give the counter a deadline (Client.Expire); a time not in the
+//     future removes it. TTL, PTTL, EXPIRETIME and PEXPIRETIME answer as
+//     Redis does (-1: no deadline, -2: no counter); PERSIST removes the
+//     deadline. A cold counter expires exactly as its one key; a sharded
+//     one reads as gone from its deadline on.
+//   - SET key <integer> resets the counter: it is cleared, then the
+//     integer is added. Like DEL, this is not atomic across processes:
+//     increments other proxies had buffered before land after it. SET with
+//     options or a non-integer value is refused.
+//   - Any other command naming a counter key (APPEND, INCRBYFLOAT, GETSET,
+//     ... and WATCH or MULTI/EXEC) answers an -ERR that lists what counter
+//     keys accept.
+//
+// Every other key passes through.
+//
+// # The reply to INCR
+//
+// Redis answers INCR with the new value. A buffered counter has no single
+// new value: other processes hold increments not yet flushed. The proxy
+// answers its estimate: the last summed read of the counter plus the
+// increments this proxy made since (see estimates). A summed read is taken
+// when the estimate is older than the namespace's read-cache TTL (default
+// 1 s), so a hot key costs one read of its N sub-counters per TTL, not one
+// per INCR. The estimate never goes below what this proxy itself has added
+// since that read; it may run ahead by the increments that arrived while
+// the read was in flight, until the next read re-bases it. After the
+// increments stop, the first read past the TTL is exact.
+//
+// A namespace with reply "exact" (ReplyExact) answers a fresh summed read
+// after each increment instead: one pipelined round to every node that
+// holds a sub-counter and N keys read per INCR (concurrent INCRs of one
+// key share a read). Its namespace should have a read-cache TTL of 1 ns so
+// that the Client does not answer from its cache. For a buffered
+// namespace the value includes this proxy's unflushed delta, not other
+// processes'.
+//
+// # Loss windows
+//
+// They are those of the namespace's mode. A proxy that crashes (SIGKILL,
+// power loss) loses at most what it buffered in its last flush interval
+// (default 500 ms) plus one flush in flight, for buffered namespaces; an
+// unbuffered or durable namespace loses nothing the proxy acknowledged.
+// Shutdown (SIGTERM in `hotcount proxy`) stops accepting, finishes the
+// commands it has read, and the Client's Close then flushes every buffered
+// delta: nothing is lost. Plain keys are never buffered.
+//
+// # Connections
+//
+// Each client connection has one goroutine. It reads into a buffer, splits
+// it into commands with redcon's parser (redcon.ReadNextCommand, RESP and
+// inline commands), runs every complete command in order and writes all
+// their replies in one write (pipelining). The proxy does not use redcon's
+// server loop, so that it can bound what a connection holds: an unfinished
+// command larger than MaxCommandSize, an inline line longer than
+// MaxInlineSize, or more than MaxMultiBulk announced arguments get
+// "-ERR Protocol error: ..." and the connection is closed, as in Redis. The
+// parser indexes past its input on some forged lengths (a bulk length near
+// the int range); that panic is recovered as an invalid bulk length. Any
+// other panic answers an error, is counted (Stats.Panics), and closes that
+// connection only.
+//
+// Replies are written with redcon's append helpers; RESP3 types redcon has
+// no helper for (maps, nulls, verbatim strings) are written alongside.
+// HELLO 3 switches a connection to RESP3.
+//
+// # Pass-through
+//
+// The proxy keeps two rueidis clients to the cluster: one in RESP3 and one
+// forced to RESP2 (AlwaysRESP2). A client's commands go through the one of
+// its own protocol, because Redis shapes replies by protocol (maps,
+// doubles, nested pairs in RESP3) and no conversion could reproduce what
+// Redis itself writes. rueidis keeps each reply's RESP types; the proxy
+// writes them back byte for byte (appendMessage). RESP2 has two nulls,
+// "$-1" and "*-1", which rueidis reads as one; a table of the commands
+// that answer a null array (nullShape) restores the right one.
+//
+// Keys are located with the cluster's own command table (COMMAND, read at
+// start): legacy key positions, subcommands, rules for the movable-key
+// commands (EVAL, FCALL, ZUNION, LMPOP, XREAD, ...) and COMMAND GETKEYS for
+// the rest. Then:
+//
+//   - commands whose keys share a slot go to the slot's primary; the
+//     commands of one pipelined batch are sent together, and rueidis
+//     pipelines what every connection sends to one node;
+//   - MGET, DEL, UNLINK, EXISTS, TOUCH and MSET across slots are split by
+//     slot and answered as one (not atomically); other multi-key commands
+//     across slots answer Redis Cluster's CROSSSLOT error;
+//   - keyless commands go to any node, except DBSIZE (summed), KEYS
+//     (concatenated), SCAN (primary after primary; the cursor packs the
+//     primary's index in its low 10 bits), FLUSHALL/FLUSHDB and SCRIPT
+//     LOAD/EXISTS/FLUSH, which go to every primary; CONFIG GET goes to any
+//     node, CONFIG SET is refused;
+//   - unknown commands and wrong arities reach a node, which answers its
+//     own error.
+//
+// MULTI/EXEC and WATCH run on a rueidis dedicated connection bound to the
+// slot of the transaction's first key; a key of another slot in the same
+// transaction answers CROSSSLOT and EXEC then answers EXECABORT. Blocking
+// commands (BLPOP, BLMOVE, XREAD BLOCK, ...) run on rueidis's blocking
+// pool for as long as they ask; while one blocks, a second goroutine reads
+// the client, so that a client hanging up (or Shutdown) ends the wait.
+//
+// The proxy looks like a standalone Redis: PING, ECHO, HELLO, AUTH,
+// SELECT 0, CLIENT ID/GETNAME/SETNAME/INFO/LIST/SETINFO, INFO, ROLE, QUIT
+// and RESET are answered by the proxy for the client's own connection;
+// COMMAND and COMMAND DOCS come from a node. Refused with a clear -ERR:
+// pub/sub subscriptions (PUBLISH works), MONITOR, client-side caching,
+// replication, cluster and persistence administration, ACL, FUNCTION,
+// WAIT. Downstream AUTH checks Config.Password; the proxy's own
+// credentials to Redis (Config.Redis) are separate.
+package proxy

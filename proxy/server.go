@@ -1,0 +1,305 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// upstreamFlushDelay lets rueidis's writer wait this long after a flush
+// to collect the commands of more connections into the next one: fewer
+// write calls per command when many clients send one command at a time.
+const upstreamFlushDelay = 20 * time.Microsecond
+
+// Server is a RESP front: it accepts Redis clients, serves counter keys
+// through Counters and passes every other command to the cluster. It is
+// safe for concurrent use.
+type Server struct {
+	cfg      settings
+	counters Counters
+	up2, up3 rueidis.Client // upstream in RESP2 and in RESP3
+	cluster  bool           // the upstream is a Redis Cluster
+	cmds     commandTable
+	est      *estimates
+	version  string // redis_version of the upstream, shown by HELLO and INFO
+	started  time.Time
+	stats    stats
+
+	ctx    context.Context // cancelled by Close: ends blocking calls
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	conns     map[*conn]struct{}
+	listeners map[net.Listener]struct{}
+	closing   bool
+	draining  atomic.Bool
+	wg        sync.WaitGroup // connection goroutines
+	nextID    atomic.Int64
+	closeOnce sync.Once
+}
+
+// stats are the proxy's own counters, exported as metrics.
+type stats struct {
+	accepted, rejected, commands, protocolErrors atomic.Int64
+	counterIncrs, counterReads, counterClears    atomic.Int64
+	passed, split, upstreamErrors, refused       atomic.Int64
+	estimateReads, panics                        atomic.Int64
+}
+
+// Stats is a snapshot of the proxy's counters (also exported as metrics).
+type Stats struct {
+	Clients         int   // open client connections
+	Accepted        int64 // connections accepted
+	Rejected        int64 // connections refused (MaxClients, shutdown)
+	Commands        int64 // commands received
+	ProtocolErrors  int64 // connections closed for malformed or oversized input
+	Panics          int64 // commands that panicked (bugs), answered with an error
+	CounterIncrs    int64 // increments of counter keys accepted
+	CounterReads    int64 // summed reads of counter keys
+	EstimateAnswers int64 // counter values answered from the estimate
+	CounterClears   int64 // counters cleared
+	Passed          int64 // commands passed through
+	Split           int64 // commands split by slot or sent to every primary
+	UpstreamErrors  int64 // failed round trips to the cluster
+	Refused         int64 // commands refused as unsupported
+	Estimates       int   // counter keys with an estimate held
+}
+
+// Stats returns a snapshot of the proxy's counters.
+func (s *Server) Stats() Stats {
+	st := &s.stats
+	return Stats{
+		Clients: s.Clients(), Accepted: st.accepted.Load(), Rejected: st.rejected.Load(),
+		Commands: st.commands.Load(), ProtocolErrors: st.protocolErrors.Load(), Panics: st.panics.Load(),
+		CounterIncrs: st.counterIncrs.Load(), CounterReads: st.counterReads.Load(),
+		EstimateAnswers: st.estimateReads.Load(), CounterClears: st.counterClears.Load(),
+		Passed: st.passed.Load(), Split: st.split.Load(), UpstreamErrors: st.upstreamErrors.Load(),
+		Refused: st.refused.Load(), Estimates: s.est.size(),
+	}
+}
+
+// New connects to the cluster (a RESP2 and a RESP3 rueidis client), reads
+// its command table and returns a Server ready to Serve. It fails with
+// ErrConfig for a bad Config, or with the connection error.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	st, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:       st,
+		counters:  st.Counters,
+		est:       newEstimates(),
+		started:   st.Clock.Now(),
+		conns:     map[*conn]struct{}{},
+		listeners: map[net.Listener]struct{}{},
+	}
+	opt := rueidis.ClientOption{
+		InitAddress:      st.Redis.Addrs,
+		TLSConfig:        st.Redis.TLS,
+		Username:         st.Redis.Username,
+		Password:         st.Redis.Password,
+		DisableCache:     true,
+		ClientSetInfo:    rueidis.DisableClientSetInfo,
+		DisableRetry:     true,
+		Dialer:           net.Dialer{Timeout: st.Timeout},
+		ConnWriteTimeout: st.Timeout,
+		BlockingPoolSize: rueidis.DefaultPoolSize,
+		MaxFlushDelay:    upstreamFlushDelay,
+	}
+	if s.up3, err = rueidis.NewClient(opt); err != nil {
+		return nil, fmt.Errorf("proxy: connecting to %s: %w", strings.Join(st.Redis.Addrs, ","), err)
+	}
+	opt.AlwaysRESP2 = true
+	if s.up2, err = rueidis.NewClient(opt); err != nil {
+		s.up3.Close()
+		return nil, fmt.Errorf("proxy: connecting to %s (RESP2): %w", strings.Join(st.Redis.Addrs, ","), err)
+	}
+	s.cluster = s.up3.Mode() == rueidis.ClientModeCluster
+	lctx, cancel := context.WithTimeout(ctx, st.Timeout)
+	defer cancel()
+	if s.cmds, err = loadCommands(lctx, s.up3); err == nil {
+		s.version, err = serverVersion(lctx, s.up3)
+	}
+	if err != nil {
+		s.up2.Close()
+		s.up3.Close()
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// serverVersion reads redis_version from INFO server.
+func serverVersion(ctx context.Context, c rueidis.Client) (string, error) {
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return "", fmt.Errorf("INFO server: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v, nil
+		}
+	}
+	return "", errors.New("INFO server: no redis_version")
+}
+
+// Serve accepts connections on ln until Shutdown or Close, and returns
+// ErrClosed then; any other error is the listener's.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.accept(nc)
+	}
+}
+
+// accept starts serving one connection, or refuses it past MaxClients.
+func (s *Server) accept(nc net.Conn) {
+	s.mu.Lock()
+	if s.closing || len(s.conns) >= s.cfg.MaxClients {
+		closing := s.closing
+		s.mu.Unlock()
+		s.stats.rejected.Add(1)
+		if !closing {
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write(appendErr(nil, "ERR max number of clients reached"))
+		}
+		_ = nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.stats.accepted.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+}
+
+// Drain makes Ready fail, so that a load balancer stops sending new
+// clients, while the proxy keeps serving.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Ready reports whether the proxy takes traffic: not draining or closed,
+// and the cluster answers PING.
+func (s *Server) Ready(ctx context.Context) error {
+	if s.draining.Load() {
+		return errors.New("proxy: draining")
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return s.up3.Do(ctx, s.up3.B().Ping().Build()).Error()
+}
+
+// Shutdown stops accepting, lets every connection finish the commands it
+// has read (blocked commands are cancelled), closes the connections and
+// the upstream clients. When ctx ends first the remaining connections are
+// closed at once and ctx's error is returned. Counters is not closed: its
+// owner closes it afterwards, which flushes what it buffered.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+	for c := range s.conns {
+		c.stop()
+	}
+	s.mu.Unlock()
+	s.draining.Store(true)
+	s.cancel() // unblock BLPOP and friends; their clients get an error
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.closeOnce.Do(func() {
+		s.up2.Close()
+		s.up3.Close()
+	})
+	return err
+}
+
+// Close closes the listeners, every connection and the upstream clients
+// at once.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Shutdown(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// Clients returns the number of open client connections.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// upstream returns the client that speaks proto.
+func (s *Server) upstream(proto int) rueidis.Client {
+	if proto >= 3 {
+		return s.up3
+	}
+	return s.up2
+}

@@ -1,0 +1,170 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/proxy"
+)
+
+// need returns the path of a program the test needs; it fails (never
+// skips) when the program is missing: scripts/test installs them.
+func need(t testing.TB, name, path, pkg string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil && (path == "" || p == path) {
+		return p
+	}
+	if path != "" {
+		if _, err := os.Stat(path); err == nil {
+			return path
+		}
+	}
+	t.Fatalf("%s is needed (apt-get install -y %s; scripts/test installs it)", name, pkg)
+	return ""
+}
+
+// runTool runs a program with a bound on its time and returns its output.
+func runTool(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func hostPort(t testing.TB, addr string) (string, string) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, p
+}
+
+// TestRedisCLI: concurrent redis-cli processes (RESP2, and RESP3 with -3)
+// increment one counter key through the proxy; redis-cli reads the exact
+// total back, and a plain key and an error pass through.
+func TestRedisCLI(t *testing.T) {
+	cli := need(t, "redis-cli", "", "redis-tools")
+	p := uniq(t)
+	e := startProxy(t, []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true, ReadCacheTTL: readCacheTTL}}, proxy.Config{})
+	host, port := hostPort(t, e.addr)
+	key := p + "likes:post:42"
+	const procs, each = 4, 100
+	var wg sync.WaitGroup
+	for i := 0; i < procs; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"-h", host, "-p", port, "-r", strconv.Itoa(each), "INCR", key}
+			if i%2 == 1 {
+				args = append([]string{"-3"}, args...)
+			}
+			runTool(t, cli, args...)
+		}()
+	}
+	wg.Wait()
+	get := func() (int64, error) {
+		return strconv.ParseInt(strings.TrimSpace(runTool(t, cli, "-h", host, "-p", port, "GET", key)), 10, 64)
+	}
+	waitValue(t, key, procs*each, get)
+	if out := strings.TrimSpace(runTool(t, cli, "-3", "-h", host, "-p", port, "GET", key)); out != strconv.Itoa(procs*each) {
+		t.Fatalf("redis-cli -3 GET = %q", out)
+	}
+	if out := runTool(t, cli, "-h", host, "-p", port, "SET", p+"plain", "hello"); strings.TrimSpace(out) != "OK" {
+		t.Fatalf("SET: %q", out)
+	}
+	if out := runTool(t, cli, "-h", host, "-p", port, "GET", p+"plain"); strings.TrimSpace(out) != "hello" {
+		t.Fatalf("GET: %q", out)
+	}
+	if out := runTool(t, cli, "-h", host, "-p", port, "APPEND", key, "x"); !strings.Contains(out, "counter keys accept") {
+		t.Fatalf("APPEND on a counter key: %q", out)
+	}
+	if out := runTool(t, cli, "-h", host, "-p", port, "INFO", "server"); !strings.Contains(out, "redis_mode:standalone") {
+		t.Fatalf("INFO server: %q", out)
+	}
+}
+
+// TestRedisBenchmark: redis-benchmark runs INCR on a counter key through
+// the proxy from many connections; the total is exact afterwards. Its
+// own start-up (CONFIG GET) passes through too.
+func TestRedisBenchmark(t *testing.T) {
+	bench := need(t, "redis-benchmark", "", "redis-tools")
+	cli := need(t, "redis-cli", "", "redis-tools")
+	p := uniq(t)
+	e := startProxy(t, []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true, ReadCacheTTL: readCacheTTL}}, proxy.Config{})
+	host, port := hostPort(t, e.addr)
+	key := p + "likes:post:42"
+	const n = 4800 // a multiple of the pipeline depth: redis-benchmark sends whole pipelines
+	out := runTool(t, bench, "-h", host, "-p", port, "-c", "20", "-n", strconv.Itoa(n), "INCR", key)
+	if !strings.Contains(out, "requests per second") || strings.Contains(out, "ERR") {
+		t.Fatalf("redis-benchmark output:\n%s", out)
+	}
+	// And pipelined, in RESP3.
+	runTool(t, bench, "-3", "-h", host, "-p", port, "-c", "10", "-P", "16", "-n", strconv.Itoa(n), "INCR", key)
+	waitValue(t, key, 2*n, func() (int64, error) {
+		return strconv.ParseInt(strings.TrimSpace(runTool(t, cli, "-h", host, "-p", port, "GET", key)), 10, 64)
+	})
+	// Plain-key tests of redis-benchmark itself (keys __rand_int__ etc.).
+	out = runTool(t, bench, "-h", host, "-p", port, "-c", "10", "-n", "2000", "-t", "set,get,incr,lpush,lpop,mset", "-q")
+	for _, test := range []string{"SET", "GET", "INCR", "LPUSH", "LPOP", "MSET"} {
+		if !strings.Contains(out, test) {
+			t.Fatalf("redis-benchmark -t: no %s line in\n%s", test, out)
+		}
+	}
+}
+
+// pythonScript increments one key from 4 threads with redis-py, then
+// prints the value read back.
+const pythonScript = `
+import sys, threading, time, redis
+host, port, key, plain, each = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+def work():
+    r = redis.Redis(host=host, port=port)
+    for i in range(each):
+        r.incr(key)
+ts = [threading.Thread(target=work) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+r = redis.Redis(host=host, port=port)
+want = 4 * each
+for _ in range(100):
+    v = int(r.get(key))
+    if v < want:
+        sys.exit("read %d, below the %d increments made" % (v, want))
+    if v == want:
+        break
+    time.sleep(0.025)
+r.set(plain, "x")
+assert r.get(plain) == b"x"
+print(v)
+`
+
+// TestPythonRedis: Debian's python3-redis increments a counter key from
+// threads and reads the exact total.
+func TestPythonRedis(t *testing.T) {
+	py := need(t, "python3", "/usr/bin/python3", "python3")
+	if out, err := exec.Command(py, "-c", "import redis").CombinedOutput(); err != nil {
+		t.Fatalf("python3-redis is needed (apt-get install -y python3-redis; scripts/test installs it): %v %s", err, out)
+	}
+	p := uniq(t)
+	e := startProxy(t, []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true, ReadCacheTTL: readCacheTTL}}, proxy.Config{})
+	host, port := hostPort(t, e.addr)
+	const each = 150
+	out := runTool(t, py, "-c", pythonScript, host, port, p+"likes:post:42", p+"plain", strconv.Itoa(each))
+	if strings.TrimSpace(out) != fmt.Sprint(4*each) {
+		t.Fatalf("python3-redis read %q, want %d", out, 4*each)
+	}
+}
