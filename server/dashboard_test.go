@@ -69,7 +69,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	defer db.Close()
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Namespaces: []hotcount.Namespace{{Prefix: "likes:", Buffered: true, FlushInterval: 200 * time.Millisecond}},
+		// Sharded from the first write, so that writes reach every node.
+		Namespaces: []hotcount.Namespace{{Prefix: "likes:", Buffered: true, FlushInterval: 200 * time.Millisecond, NoColdStart: true}},
 		Durability: hotcount.DurabilityConfig{Store: db, CheckpointInterval: 500 * time.Millisecond},
 	})
 	if err != nil {

@@ -152,6 +152,9 @@ var commandExamples = map[string]string{
 	"simulate": `  hotcount simulate --nodes 20 --n 8
   hotcount simulate --nodes 20 --keys 10000 --json
 `,
+	"proxy": `  hotcount proxy --redis 127.0.0.1:7100
+  hotcount proxy --config hotcount.yaml --resp-listen 127.0.0.1:6380 --admin-listen off
+`,
 	"bench": `  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
 `,
 	"soak": `  hotcount soak --duration 1m --interval 10s

@@ -65,11 +65,15 @@ type soakVerdict struct {
 	// --keep, when Kept is set).
 	Removed int  `json:"removed_keys"`
 	Kept    bool `json:"kept"`
+	// ResizeConflicts counts resizes answered ErrConflict (a clear or
+	// another resize of the counter at the same moment).
+	ResizeConflicts int64 `json:"resize_conflicts"`
 }
 
 // soakCounts are the operation counters of a soak run.
 type soakCounts struct {
 	incrs, gets, clears, resizes, errs atomic.Int64
+	conflicts                          atomic.Int64 // resizes that met a clear or another resize
 	lastErr                            atomic.Value // string
 }
 
@@ -217,6 +221,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	v.Resize, v.CheckExact = resize, exact
 	v.GoroutineBefore, v.GoroutineAfterClose = before, afterClose
 	v.Removed, v.Kept = removed, *keep
+	v.ResizeConflicts = counts.conflicts.Load()
 	switch {
 	case rmErr != nil:
 		v.Verdict, v.Reason = "fail", fmt.Sprintf("removing the counters: %v (%d removed)", rmErr, removed)
@@ -303,7 +308,12 @@ func soakResizer(ctx context.Context, c *hotcount.Client, names []string, counts
 	for ctx.Err() == nil {
 		k := names[rng.IntN(len(names))]
 		if err := c.Resize(ctx, k, sizes[rng.IntN(len(sizes))]); err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case errors.Is(err, hotcount.ErrConflict):
+				// A clear or another resize of the counter at the same
+				// moment: answered as such, and tried again later.
+				counts.conflicts.Add(1)
+			case ctx.Err() == nil:
 				counts.fail(err)
 			}
 			continue
