@@ -284,6 +284,12 @@ func runRound(ctx context.Context, s *settings, b backend, v variant, base int64
 	// its metadata record) before the write counters are first read; +1
 	// and -1 leave its value as it was.
 	out := &round{key: key, primaries: append([]string(nil), topo.Nodes...), labelsByNode: map[string]int{}}
+	// A clear removes the counter's metadata as well: it comes first.
+	if step <= len(s.variants) {
+		if err := checker.Clear(ctx, key); err != nil {
+			return nil, fmt.Errorf("clearing %q before the run: %w", key, err)
+		}
+	}
 	for _, d := range []int64{1, -1} {
 		if err := checker.Incr(ctx, key, d); err != nil {
 			return nil, fmt.Errorf("settling the labels of %q: %w", key, err)
@@ -295,11 +301,6 @@ func runRound(ctx context.Context, s *settings, b backend, v variant, base int64
 	}
 	for _, sk := range subs {
 		out.labelsByNode[topo.NodeOf(sk)]++
-	}
-	if step <= len(s.variants) {
-		if err := checker.Clear(ctx, key); err != nil {
-			return nil, fmt.Errorf("clearing %q before the run: %w", key, err)
-		}
 	}
 	out.base = base
 	ins, err := openInstances(ctx, b, cfg, s.Procs)

@@ -37,6 +37,11 @@ import (
 // automatic re-placement.
 const DefaultRebalanceCheck = 2 * time.Second
 
+// DefaultTopN is how many of the counters with the most cache writes the
+// controller looks at every evaluation (twice a second): cold counters
+// turning hot are found among them.
+const DefaultTopN = 64
+
 // ErrNoMetadata: automatic N and re-placement need a store that keeps
 // counter metadata.
 var ErrNoMetadata = engine.ErrNoMetadata
@@ -97,6 +102,7 @@ func New(cfg Config) (*Scaler, error) {
 			Rates:   rates,
 			Resizer: m,
 			Policy:  policy,
+			TopN:    DefaultTopN,
 			Clock:   cfg.Clock,
 			Size: func(ctx context.Context, key string) (int, error) {
 				w, _, err := m.Labels(ctx, key)

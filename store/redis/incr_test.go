@@ -16,9 +16,13 @@ import (
 // be cancelled (a shared round context serves), and with one that already
 // ends within Config.Timeout (it serves as it is).
 func TestIncrByAllocs(t *testing.T) {
-	s := newClusterStore(t, Config{})
+	// A long Timeout: the shared round context of background callers is
+	// renewed every Timeout/16, and on a busy machine 200 calls could
+	// otherwise span a renewal (one allocation, not one per call).
+	const timeout = 5 * time.Minute
+	s := newClusterStore(t, Config{Timeout: timeout})
 	key := keyspace.SubKey("allocs", "0")
-	short, cancel := context.WithTimeout(context.Background(), DefaultTimeout/2)
+	short, cancel := context.WithTimeout(context.Background(), timeout/2)
 	defer cancel()
 	for _, tt := range []struct {
 		name string
