@@ -17,6 +17,7 @@ type Backend interface {
 	GetMulti(ctx context.Context, keys []string) (map[string]hotcount.Reading, error)
 	Clear(ctx context.Context, key string) error
 	Mode(key string) hotcount.Mode
+	Namespace(key string) (hotcount.Namespace, bool)
 	Shards(ctx context.Context, key string) (hotcount.ShardReport, error)
 	Resize(ctx context.Context, key string, n int) error
 	HotKeys(ctx context.Context, n int) []hotcount.HotKey

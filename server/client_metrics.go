@@ -2,11 +2,16 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotcount/hotcount"
 )
+
+// pingTimeout bounds the reachability check a scrape makes
+// (hotcount_cache_up).
+const pingTimeout = time.Second
 
 // clientMetric is one gauge or counter read from the Client's Stats at
 // scrape time.
@@ -24,13 +29,19 @@ func counter(name, help string, f func(s *hotcount.Stats) float64) clientMetric 
 	return clientMetric{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, f}
 }
 
-// clientMetrics are the Client's own gauges and counters: buffered deltas,
-// durability.
+// clientMetrics are the Client's own gauges and counters: buffered deltas
+// (the loss window), the durable layer, automatic re-placement.
 var clientMetrics = []clientMetric{
-	gauge("hotcount_buffer_unflushed_delta", "Sum of this process's buffered deltas not yet acknowledged by the cache.",
+	gauge("hotcount_buffer_unflushed_delta", "Signed sum of this process's buffered deltas not yet acknowledged by the cache.",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.Unflushed) }),
+	gauge("hotcount_buffer_unflushed_abs_delta", "Sum of the magnitudes of the buffered deltas not yet acknowledged (what a crash would lose).",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.UnflushedAbs) }),
 	gauge("hotcount_buffer_unflushed_keys", "Keys holding a buffered delta.",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.PendingKeys) }),
+	gauge("hotcount_buffer_in_flight_ops", "Flushed increments sent and not yet acknowledged.",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.InFlight) }),
+	gauge("hotcount_buffer_held_keys", "Entries counted against the back-pressure bound (keys plus increments in flight).",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.HeldKeys) }),
 	gauge("hotcount_buffer_oldest_unflushed_seconds", "Age of the oldest buffered delta not yet acknowledged (the loss window of a crash).",
 		func(s *hotcount.Stats) float64 { return s.Buffer.OldestUnflushed.Seconds() }),
 	counter("hotcount_buffer_flushes_total", "Flush rounds.",
@@ -43,40 +54,75 @@ var clientMetrics = []clientMetric{
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.OpsApplied) }),
 	counter("hotcount_buffer_duplicates_skipped_total", "Retried increments the cache had applied already (counted once).",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.OpsSkipped) }),
+	counter("hotcount_buffer_permanent_errors_total", "Flush attempts a sub-counter rejected (overflow, not an integer).",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.PermanentErrors) }),
+	counter("hotcount_buffer_dropped_total", "Flushed increments dropped because the cache refused them for the sub-counter bound.",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.Dropped) }),
+	gauge("hotcount_buffer_dropped_delta", "Signed sum of the dropped increments' deltas since start.",
+		func(s *hotcount.Stats) float64 { return float64(s.Buffer.DroppedDelta) }),
 	counter("hotcount_buffer_backpressure_total", "Increments refused because the buffer bound was reached.",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.Backpressure) }),
 	counter("hotcount_durable_batches_total", "Group commits of the durable event log.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.Batches) }),
 	counter("hotcount_durable_events_total", "Durable increments committed.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.Events) }),
+	counter("hotcount_durable_failed_events_total", "Durable increments whose group commit failed.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.FailedEvents) }),
+	counter("hotcount_durable_view_misses_total", "Committed durable increments missing from the cache view (the view is behind until it heals).",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.ViewMisses) }),
+	counter("hotcount_rollups_total", "Rollup runs of the durable event log.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.Rollups) }),
+	counter("hotcount_rollup_folded_events_total", "Events the rollup folded into totals.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.Folded) }),
+	counter("hotcount_rollup_errors_total", "Rollup runs that failed.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.RollupErrors) }),
 	counter("hotcount_checkpoints_total", "Fast-mode checkpoint rounds.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.Checkpoints) }),
 	counter("hotcount_checkpoint_errors_total", "Checkpoint rounds that failed.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.CheckpointErrors) }),
+	counter("hotcount_checkpoint_saved_total", "Sub-counter checkpoints written.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.Saved) }),
+	gauge("hotcount_checkpoint_tracked_counters", "Fast-mode counters watched for checkpoints.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.Tracked) }),
+	counter("hotcount_checkpoint_untracked_total", "Counter touches not watched because the tracking bound was reached.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.Untracked) }),
 	counter("hotcount_restores_total", "Cache nodes found empty and restored from checkpoints.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.Restores) }),
-	counter("hotcount_restored_amount_total", "Sum restored into sub-counters from checkpoints.",
+	counter("hotcount_restored_subcounters_total", "Sub-counters restored from checkpoints.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.RestoredKeys) }),
+	gauge("hotcount_restored_amount", "Signed sum restored into sub-counters from checkpoints since start.",
 		func(s *hotcount.Stats) float64 { return float64(s.Durability.RestoredAmount) }),
+	counter("hotcount_rebalance_checks_total", "Looks at the slot map by automatic re-placement.",
+		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Checks) }),
+	counter("hotcount_rebalance_moved_total", "Counters whose colliding sub-counters automatic re-placement moved back onto distinct primaries.",
+		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Moved) }),
+	counter("hotcount_rebalance_failed_total", "Automatic re-placements that failed (retried at the next check).",
+		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Failed) }),
 }
 
-// clientCollector exports the Client's stats and measured rates at scrape
+// clientCollector exports the Client's stats and measurements at scrape
 // time.
 type clientCollector struct {
-	c         Backend
-	nodeRate  *prometheus.Desc
-	nodeTotal *prometheus.Desc
-	decisions *prometheus.Desc
+	c          Backend
+	budget     float64
+	nodeTotal  *prometheus.Desc
+	lastCkpt   *prometheus.Desc
+	cacheUp    *prometheus.Desc
+	nodeBudget *prometheus.Desc
 }
 
-func newClientCollector(c Backend) *clientCollector {
+func newClientCollector(c Backend, budget float64) *clientCollector {
 	return &clientCollector{
-		c: c,
-		nodeRate: prometheus.NewDesc("hotcount_node_write_rate",
-			"Cache writes per second this process sends to each node.", []string{"node"}, nil),
+		c:      c,
+		budget: budget,
 		nodeTotal: prometheus.NewDesc("hotcount_cache_writes_total",
 			"Cache writes this process sent to each node.", []string{"node"}, nil),
-		decisions: prometheus.NewDesc("hotcount_auto_n_recent_decisions",
-			"Automatic grow and shrink decisions kept in the recent history (see /v1/hotkeys).", nil, nil),
+		lastCkpt: prometheus.NewDesc("hotcount_checkpoint_last_success_timestamp_seconds",
+			"Unix time the last successful checkpoint round ended (absent before the first).", nil, nil),
+		cacheUp: prometheus.NewDesc("hotcount_cache_up",
+			"1 if the cache answered a read at scrape time (bounded by 1 s), else 0.", nil, nil),
+		nodeBudget: prometheus.NewDesc("hotcount_node_budget_writes_per_second",
+			"Cache writes per second one node may take (the budget drawn on the dashboard).", nil, nil),
 	}
 }
 
@@ -85,9 +131,10 @@ func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range clientMetrics {
 		ch <- m.desc
 	}
-	ch <- cc.nodeRate
 	ch <- cc.nodeTotal
-	ch <- cc.decisions
+	ch <- cc.lastCkpt
+	ch <- cc.cacheUp
+	ch <- cc.nodeBudget
 }
 
 // Collect implements prometheus.Collector: the Client's stats, read now.
@@ -96,9 +143,20 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range clientMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(&st))
 	}
-	for _, n := range cc.c.Nodes(context.Background()) {
-		ch <- prometheus.MustNewConstMetric(cc.nodeRate, prometheus.GaugeValue, n.Rate, n.Node)
+	if t := st.Durability.LastCheckpoint; !t.IsZero() {
+		ch <- prometheus.MustNewConstMetric(cc.lastCkpt, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	up := 0.0
+	if cc.c.Ping(ctx) == nil {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(cc.cacheUp, prometheus.GaugeValue, up)
+	nctx, ncancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer ncancel()
+	for _, n := range cc.c.Nodes(nctx) {
 		ch <- prometheus.MustNewConstMetric(cc.nodeTotal, prometheus.CounterValue, float64(n.Total), n.Node)
 	}
-	ch <- prometheus.MustNewConstMetric(cc.decisions, prometheus.GaugeValue, float64(len(cc.c.Decisions())))
+	ch <- prometheus.MustNewConstMetric(cc.nodeBudget, prometheus.GaugeValue, cc.budget)
 }

@@ -3,16 +3,11 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
 )
-
-// incrRequest is the body of POST /v1/counters/{key}/incr.
-type incrRequest struct {
-	By *int64  `json:"by"`
-	ID *string `json:"id"`
-}
 
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
 func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
@@ -20,29 +15,34 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req incrRequest
-	if err := decodeBody(w, r, s.cfg.MaxBody, &req, true); err != nil {
+	var byp *int64
+	var id *string
+	if err := decodeObject(w, r, s.cfg.MaxBody, true, intField("by", &byp), stringField("id", &id)); err != nil {
 		return err
 	}
 	by := int64(1)
-	if req.By != nil {
-		by = *req.By
+	if byp != nil {
+		by = *byp
 	}
 	if by == 0 {
 		return badRequest("by must not be 0")
 	}
-	if req.ID != nil {
-		if err := validID(*req.ID); err != nil {
+	if id != nil {
+		if err := validID(*id); err != nil {
 			return err
 		}
-		err = s.c.IncrID(r.Context(), key, by, *req.ID)
+		start := time.Now()
+		err = s.c.IncrID(r.Context(), key, by, *id)
+		s.metrics.since(opIncrID, start)
 	} else {
+		start := time.Now()
 		err = s.c.Incr(r.Context(), key, by)
+		s.metrics.since(opIncr, start)
 	}
 	if err != nil {
 		return err
 	}
-	s.metrics.increments.Inc()
+	s.metrics.incremented(s.c, key)
 	writeJSON(w, http.StatusOK, incrResponse{Key: key, Accepted: true})
 	return nil
 }
@@ -71,12 +71,16 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	var rd hotcount.Reading
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "", "cached":
+		start := time.Now()
 		rd, err = s.c.Get(r.Context(), key)
+		s.metrics.since(opGet, start)
 	case "exact":
 		if m := s.c.Mode(key); m != hotcount.ModeDurable {
 			return badRequest("consistency=exact needs a durable namespace; %q is in mode %s", key, m)
 		}
+		start := time.Now()
 		rd, err = s.c.GetExact(r.Context(), key)
+		s.metrics.since(opGetExact, start)
 	default:
 		return badRequest("consistency must be cached or exact, got %q", c)
 	}
@@ -87,36 +91,37 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// multiRequest is the body of POST /v1/counters:get.
-type multiRequest struct {
-	Keys []string `json:"keys"`
-}
-
 // handleGetMulti reads many counters at once.
 func (s *Server) handleGetMulti(w http.ResponseWriter, r *http.Request) error {
-	var req multiRequest
-	if err := decodeBody(w, r, s.cfg.MaxBatchBody, &req, false); err != nil {
+	var keys []string
+	if err := decodeObject(w, r, s.cfg.MaxBatchBody, false, stringsField("keys", &keys)); err != nil {
 		return err
 	}
 	switch {
-	case req.Keys == nil:
+	case keys == nil:
 		return badRequest("keys is required")
-	case len(req.Keys) == 0:
+	case len(keys) == 0:
 		return badRequest("keys must not be empty")
-	case len(req.Keys) > s.cfg.MaxKeys:
-		return badRequest("at most %d keys per request, got %d", s.cfg.MaxKeys, len(req.Keys))
+	case len(keys) > s.cfg.MaxKeys:
+		return badRequest("at most %d keys per request, got %d", s.cfg.MaxKeys, len(keys))
 	}
-	for i, k := range req.Keys {
+	p := principalOf(r.Context())
+	for i, k := range keys {
 		if err := hotcount.ValidateKey(k); err != nil {
 			return badRequest("keys[%d]: %v", i, err)
 		}
+		if !p.covers(k) {
+			return outsidePrefixes(p, k)
+		}
 	}
-	got, err := s.c.GetMulti(r.Context(), req.Keys)
+	start := time.Now()
+	got, err := s.c.GetMulti(r.Context(), keys)
+	s.metrics.since(opGetMulti, start)
 	if err != nil {
 		return err
 	}
 	vals := make(map[string]int64, len(got))
-	for _, k := range req.Keys {
+	for _, k := range keys {
 		vals[k] = got[k].Value
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"values": vals})
@@ -129,7 +134,10 @@ func (s *Server) handleClear(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.c.Clear(r.Context(), key); err != nil {
+	start := time.Now()
+	err = s.c.Clear(r.Context(), key)
+	s.metrics.since(opClear, start)
+	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "cleared": true})
@@ -142,17 +150,14 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	rep, err := s.c.Shards(r.Context(), key)
+	s.metrics.since(opShards, start)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, rep)
 	return nil
-}
-
-// resizeRequest is the body of PUT /v1/counters/{key}/shards.
-type resizeRequest struct {
-	N *int `json:"n"`
 }
 
 // handleResize changes a counter's number of sub-counters.
@@ -161,17 +166,20 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req resizeRequest
-	if err := decodeBody(w, r, s.cfg.MaxBody, &req, false); err != nil {
+	var n *int64
+	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("n", &n)); err != nil {
 		return err
 	}
 	switch {
-	case req.N == nil:
+	case n == nil:
 		return badRequest("n is required")
-	case *req.N < 1 || *req.N > keyspace.MaxN:
-		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *req.N)
+	case *n < 1 || *n > keyspace.MaxN:
+		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
-	if err := s.c.Resize(r.Context(), key, *req.N); err != nil {
+	start := time.Now()
+	err = s.c.Resize(r.Context(), key, int(*n))
+	s.metrics.since(opResize, start)
+	if err != nil {
 		return err
 	}
 	rep, err := s.c.Shards(r.Context(), key)
@@ -191,6 +199,10 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) error {
 // maxHotKeys bounds ?n= of /v1/hotkeys.
 const maxHotKeys = 100
 
+// maxHotKeysScan is how far down the ranking /v1/hotkeys looks for the
+// keys of a token limited to prefixes.
+const maxHotKeysScan = 1000
+
 // handleHotKeys reports the hottest keys and the recent automatic-N
 // decisions.
 func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
@@ -202,11 +214,25 @@ func (s *Server) handleHotKeys(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("n must be an integer 1..%d, got %q", maxHotKeys, v)
 		}
 	}
-	keys := s.c.HotKeys(r.Context(), n)
-	if keys == nil {
-		keys = []hotcount.HotKey{}
+	p := principalOf(r.Context())
+	keys := []hotcount.HotKey{}
+	if p.limited() {
+		// Other tenants' keys are not shown: look further down the
+		// ranking for n keys of the token's own.
+		for _, k := range s.c.HotKeys(r.Context(), maxHotKeysScan) {
+			if p.covers(k.Key) && len(keys) < n {
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		keys = append(keys, s.c.HotKeys(r.Context(), n)...)
 	}
-	decisions := s.c.Decisions()
+	var decisions []hotcount.Decision
+	for _, d := range s.c.Decisions() {
+		if p.covers(d.Key) {
+			decisions = append(decisions, d)
+		}
+	}
 	last := map[string]string{}
 	for _, d := range decisions {
 		last[d.Key] = d.Reason

@@ -28,6 +28,12 @@ func (s *Server) handleDashboard(w http.ResponseWriter, r *http.Request) error {
 	return serveAsset(w, r, "index.html")
 }
 
+// handleFavicon serves the dashboard's icon at the path browsers ask for
+// by themselves.
+func (s *Server) handleFavicon(w http.ResponseWriter, r *http.Request) error {
+	return serveAsset(w, r, "favicon.svg")
+}
+
 // handleAsset serves one embedded file below /assets/.
 func (s *Server) handleAsset(w http.ResponseWriter, r *http.Request) error {
 	return serveAsset(w, r, r.PathValue("file"))

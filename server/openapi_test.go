@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -56,5 +57,96 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	if r := call(t, s, "GET", "/v1/openapi.json", ""); r.status != 200 || r.raw != string(raw) {
 		t.Fatalf("/v1/openapi.json does not serve the file in the repo")
+	}
+}
+
+// openAPIDoc is the part of openapi.json the tests read.
+type openAPIDoc struct {
+	Servers []struct {
+		URL string `json:"url"`
+	} `json:"servers"`
+	Paths map[string]map[string]struct {
+		OperationID string                     `json:"operationId"`
+		Security    *[]map[string][]string     `json:"security"`
+		Scope       string                     `json:"x-hotcount-scope"`
+		Responses   map[string]json.RawMessage `json:"responses"`
+	} `json:"paths"`
+}
+
+// TestOpenAPIOperations: every operation has a unique operationId, a
+// security requirement (bearer, or an explicit empty list when public)
+// that matches the scope the server enforces, and a 4XX answer; the
+// document names its servers.
+func TestOpenAPIOperations(t *testing.T) {
+	raw, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc openAPIDoc
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Servers) == 0 || doc.Servers[0].URL == "" {
+		t.Error("no servers")
+	}
+	s, _ := newTestServer(t, newFake(t), Config{})
+	scopes := map[string]Scope{}
+	for _, rt := range s.table() {
+		p := strings.ReplaceAll(strings.ReplaceAll(rt.pattern, "{$}", ""), "...}", "}")
+		scopes[p] = rt.scope
+	}
+	ids := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			name := strings.ToUpper(method) + " " + path
+			if op.OperationID == "" || ids[op.OperationID] {
+				t.Errorf("%s: operationId %q missing or used twice", name, op.OperationID)
+			}
+			ids[op.OperationID] = true
+			want := scopes[name]
+			switch {
+			case op.Security == nil:
+				t.Errorf("%s: no security", name)
+			case want == "" && len(*op.Security) != 0:
+				t.Errorf("%s: public on the server, but the document asks for %v", name, *op.Security)
+			case want != "" && (len(*op.Security) != 1 || (*op.Security)[0]["bearer"] == nil):
+				t.Errorf("%s: needs a token on the server, but the document says %v", name, *op.Security)
+			}
+			if Scope(op.Scope) != want {
+				t.Errorf("%s: x-hotcount-scope %q, the server enforces %q", name, op.Scope, want)
+			}
+			has4xx := false
+			for code := range op.Responses {
+				has4xx = has4xx || strings.HasPrefix(code, "4")
+			}
+			if !has4xx {
+				t.Errorf("%s: no 4XX response", name)
+			}
+			if want != "" && (op.Responses["401"] == nil || op.Responses["403"] == nil) {
+				t.Errorf("%s: needs a token but documents no 401 and 403", name)
+			}
+		}
+	}
+}
+
+// TestOpenAPILint lints openapi.json with Redocly CLI's recommended-strict
+// rules (operationIds, security, servers, 4XX responses, valid 3.0.3 ...).
+// scripts/test installs the pinned linter and sets HOTCOUNT_REDOCLY; the
+// test fails without it.
+func TestOpenAPILint(t *testing.T) {
+	bin := os.Getenv("HOTCOUNT_REDOCLY")
+	if bin == "" {
+		if p, err := exec.LookPath("redocly"); err == nil {
+			bin = p
+		}
+	}
+	if bin == "" {
+		t.Fatal("redocly not found: run scripts/test (it installs @redocly/cli with npm and sets HOTCOUNT_REDOCLY)")
+	}
+	cmd := exec.Command(bin, "lint", "--extends", "recommended-strict", "--format", "stylish", "openapi.json")
+	cmd.Env = append(os.Environ(), "REDOCLY_TELEMETRY=off", "REDOCLY_SUPPRESS_UPDATE_NOTICE=true", "NO_COLOR=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("redocly lint: %v\n%s", err, out)
 	}
 }

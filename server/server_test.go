@@ -240,8 +240,11 @@ func TestTokenAccepted(t *testing.T) {
 	if r := call(t, s, "POST", "/v1/counters/k/incr", "", "Authorization", "Bearer s3cret"); r.status != 200 {
 		t.Fatalf("with token: %d %s", r.status, r.raw)
 	}
-	// Reads need no token.
-	if r := call(t, s, "GET", "/v1/counters/k", ""); r.status != 200 || r.body["value"] != json.Number("1") {
+	// The single token carries every scope, and reads need it too.
+	if r := call(t, s, "GET", "/v1/counters/k", ""); r.status != 401 {
+		t.Fatalf("read without the token: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/counters/k", "", "Authorization", "Bearer s3cret"); r.status != 200 || r.body["value"] != json.Number("1") {
 		t.Fatalf("read: %d %s", r.status, r.raw)
 	}
 	if r := call(t, s, "DELETE", "/v1/counters/k", "", "Authorization", "Bearer s3cret"); r.status != 200 {
@@ -264,9 +267,13 @@ func TestHealthReadyMetrics(t *testing.T) {
 	m := call(t, s, "GET", "/metrics", "")
 	for _, want := range []string{
 		`hotcount_http_requests_total{code="200",route="POST /v1/counters/{key}/incr"} 1`,
-		"hotcount_http_increments_total 1",
+		`hotcount_http_increments_total{namespace="default"} 1`,
 		`hotcount_cache_writes_total{node=`,
-		`hotcount_node_write_rate{node=`,
+		"hotcount_cache_up 1",
+		`hotcount_http_errors_total{class="bad_request"} 0`,
+		`hotcount_client_call_duration_seconds_count{op="incr"} 1`,
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
 		"hotcount_buffer_unflushed_delta 0",
 		"hotcount_buffer_oldest_unflushed_seconds 0",
 		"hotcount_checkpoints_total",
@@ -276,8 +283,9 @@ func TestHealthReadyMetrics(t *testing.T) {
 		}
 	}
 	for _, line := range strings.Split(m.raw, "\n") {
-		if line != "" && !strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "hotcount_") {
-			t.Errorf("metric without the hotcount_ prefix: %q", line)
+		if line != "" && !strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "hotcount_") &&
+			!strings.HasPrefix(line, "go_") && !strings.HasPrefix(line, "process_") {
+			t.Errorf("metric outside hotcount_, go_ and process_: %q", line)
 		}
 	}
 	c.Close(context.Background())

@@ -17,7 +17,7 @@ import (
 // runBench drives one hot counter from many client instances: hotcount
 // bench --key K --mode M | --compare M,M,... [flags]. See package bench.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", stderr)
+	fs := newFlagSet("bench", stdout, stderr)
 	var c bench.Config
 	var redis, key, mode, compare, ns, svg, rate string
 	var asJSON bool

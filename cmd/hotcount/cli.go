@@ -16,44 +16,69 @@ const (
 )
 
 // flagSet is a flag.FlagSet that reports errors itself, as one line on
-// stderr, instead of printing usage and exiting.
+// stderr, instead of printing usage and exiting; help goes to stdout.
 type flagSet struct {
 	*flag.FlagSet
-	stderr io.Writer
+	cmd            string // "serve", "cluster up", ...
+	stdout, stderr io.Writer
 }
 
 // newFlagSet returns the flag set of one subcommand.
-func newFlagSet(name string, stderr io.Writer) *flagSet {
+func newFlagSet(name string, stdout, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet("hotcount "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, stderr: stderr}
+	return &flagSet{FlagSet: fs, cmd: name, stdout: stdout, stderr: stderr}
 }
 
 // parse parses args. When done is true the caller returns code at once:
-// help was asked for (flags printed to stderr, status 0) or the flags were
-// bad (one line on stderr, status 2). Positional arguments are refused.
+// help was asked for (usage, flags and examples on stdout, status 0) or
+// the flags were bad (one line on stderr, status 2). Positional arguments
+// are refused.
 func (fs *flagSet) parse(args []string) (code int, done bool) {
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(fs.stderr)
-		fmt.Fprintf(fs.stderr, "Usage of %s:\n", fs.Name())
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		fs.printHelp()
 		return exitOK, true
 	}
 	if err != nil {
-		fmt.Fprintf(fs.stderr, "%s: %v\n", fs.Name(), err)
-		return exitUsage, true
+		return fs.usagef("%v", err), true
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return exitUsage, true
+		return fs.usagef("unexpected argument %q", fs.Arg(0)), true
 	}
 	return exitOK, false
 }
 
-// usagef prints a one-line usage error and returns exitUsage.
+// printHelp writes the command's summary, flags and examples to stdout.
+func (fs *flagSet) printHelp() {
+	w := fs.stdout
+	if c, ok := commands[strings.Fields(fs.cmd)[0]]; ok {
+		fmt.Fprintf(w, "%s: %s\n\n", fs.Name(), c.summary)
+	}
+	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", fs.Name())
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	if ex := commandExamples[fs.cmd]; ex != "" {
+		fmt.Fprintf(w, "\nExamples:\n%s", ex)
+	}
+}
+
+// usagef prints "hotcount: <command>: <message>" on stderr and returns
+// exitUsage.
+func (fs *flagSet) usagef(format string, args ...any) int {
+	return usagef(fs.stderr, "%s: %s", fs.cmd, fmt.Sprintf(format, args...))
+}
+
+// failf prints "hotcount: <command>: <message>" on stderr and returns
+// exitFailure.
+func (fs *flagSet) failf(format string, args ...any) int {
+	return failf(fs.stderr, "%s: %s", fs.cmd, fmt.Sprintf(format, args...))
+}
+
+// usagef prints a one-line usage error and returns exitUsage. Every
+// message names its command first: "hotcount: <command>: ...".
 func usagef(stderr io.Writer, format string, args ...any) int {
 	fmt.Fprintln(stderr, oneLine(format, args...))
 	return exitUsage

@@ -32,6 +32,11 @@ const clusterUsage = `Usage: hotcount cluster <up|down|status> [flags]
           (exit 1 unless healthy)
 
 Run 'hotcount cluster <subcommand> --help' for its flags.
+
+Examples:
+  hotcount cluster up --dir /tmp/hc --port 7100
+  hotcount cluster status --dir /tmp/hc
+  hotcount cluster down --dir /tmp/hc
 `
 
 // runCluster dispatches hotcount cluster up|down|status.
@@ -47,14 +52,14 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "status":
 		return runClusterStatus(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stderr, clusterUsage)
+		fmt.Fprint(stdout, clusterUsage)
 		return exitOK
 	}
 	return usagef(stderr, "cluster: unknown subcommand %q (up, down or status)", args[0])
 }
 
 func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("cluster up", stderr)
+	fs := newFlagSet("cluster up", stdout, stderr)
 	dir := fs.String("dir", defaultClusterDir, "directory for node data, logs, pidfiles and the state file")
 	port := fs.Int("port", 0, "port of the first node; nodes use port..port+n-1 (0 picks free ports)")
 	primaries := fs.Int("primaries", 3, "number of primaries")
@@ -99,7 +104,7 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Daemonize: true,
 	})
 	if errors.Is(err, testenv.ErrRunning) {
-		return failf(stderr, "a cluster is already running in %s (stop it with: hotcount cluster down --dir %s)", *dir, *dir)
+		return failf(stderr, "cluster up: a cluster is already running in %s (stop it with: hotcount cluster down --dir %s)", *dir, *dir)
 	}
 	if err != nil {
 		return failf(stderr, "cluster up: %v", err)
@@ -131,7 +136,7 @@ func cleanupNote(err error) string {
 }
 
 func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("cluster down", stderr)
+	fs := newFlagSet("cluster down", stdout, stderr)
 	dir := fs.String("dir", defaultClusterDir, "directory the cluster was started in")
 	if code, done := fs.parse(args); done {
 		return code
@@ -169,7 +174,7 @@ type clusterStatusJSON struct {
 }
 
 func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("cluster status", stderr)
+	fs := newFlagSet("cluster status", stdout, stderr)
 	dir := fs.String("dir", defaultClusterDir, "directory the cluster was started in")
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	if code, done := fs.parse(args); done {
@@ -182,7 +187,7 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer cancel()
 	st, err := testenv.StatusReport(ctx, *dir)
 	if errors.Is(err, testenv.ErrNoCluster) {
-		return failf(stderr, "no cluster in %s (start one with: hotcount cluster up --dir %s)", *dir, *dir)
+		return failf(stderr, "cluster status: no cluster in %s (start one with: hotcount cluster up --dir %s)", *dir, *dir)
 	}
 	if err != nil {
 		return failf(stderr, "cluster status: %v", err)

@@ -114,11 +114,11 @@ func TestClusterBadUsage(t *testing.T) {
 			t.Errorf("%q: stdout %q, stderr %q; want one line on stderr", args, out, errOut)
 		}
 	}
-	if code, _, errOut := clusterCLI(t, ctx, "cluster", "--help"); code != exitOK || !strings.Contains(errOut, "up") {
-		t.Errorf("cluster --help: exit %d, stderr %q", code, errOut)
+	if code, out, _ := clusterCLI(t, ctx, "cluster", "--help"); code != exitOK || !strings.Contains(out, "up") {
+		t.Errorf("cluster --help: exit %d, stdout %q", code, out)
 	}
-	if code, _, errOut := clusterCLI(t, ctx, "cluster", "up", "--help"); code != exitOK || !strings.Contains(errOut, "-primaries") {
-		t.Errorf("cluster up --help: exit %d, stderr %q", code, errOut)
+	if code, out, _ := clusterCLI(t, ctx, "cluster", "up", "--help"); code != exitOK || !strings.Contains(out, "-primaries") || !strings.Contains(out, "Examples:") {
+		t.Errorf("cluster up --help: exit %d, stdout %q", code, out)
 	}
 }
 

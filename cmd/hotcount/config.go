@@ -1,17 +1,23 @@
-// Package config loads the settings of `hotcount serve` from four sources,
-// in increasing precedence: built-in defaults, a YAML file, environment
+// The configuration of `hotcount serve` comes from four sources, in
+// increasing precedence: built-in defaults, a YAML file, environment
 // variables and command-line flags.
 //
-// Every setting has one name used by all sources: the flag --NAME, the
-// environment variable HOTCOUNT_NAME (upper case) and the YAML field NAME.
+// Every setting has one name used by all sources: the YAML field NAME, the
+// environment variable HOTCOUNT_NAME (upper case) and the flag --NAME with
+// dashes for underscores (token_file: --token-file, HOTCOUNT_TOKEN_FILE).
 // The file itself is named by --config or HOTCOUNT_CONFIG. The YAML is
 // decoded strictly (an unknown field is an error) and may also list
-// per-prefix namespaces, which only the file can set. After merging, the
-// result is validated as a whole; every error wraps errInvalidConfig and names
-// the setting and the source it came from.
+// per-prefix namespaces and scoped tokens, which only the file can set.
+// Secrets can come from files (token_file, redis_password_file, a token's
+// token_file) or the environment (a token's token_env), so that they never
+// show in ps. After merging, the result is validated as a whole; every
+// error wraps errInvalidConfig and names the setting and the source it came
+// from.
+
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +30,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/server"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -45,6 +52,8 @@ const (
 	defaultData = "./hotcount-data"
 	// defaultMode is the durability mode of keys no namespace names.
 	defaultMode = "fast"
+	// defaultLogFormat is the format of the log on stderr.
+	defaultLogFormat = "text"
 	// defaultRESPListen is where `hotcount proxy` serves the Redis
 	// protocol: loopback only.
 	defaultRESPListen = "127.0.0.1:6380"
@@ -59,13 +68,28 @@ var errInvalidConfig = errors.New("hotcount: invalid configuration")
 // Setting names shared by flags (--NAME), environment (HOTCOUNT_NAME) and
 // the YAML file (NAME).
 const (
-	setListen   = "listen"
-	setRedis    = "redis"
-	setPostgres = "postgres"
-	setData     = "data"
-	setMode     = "mode"
-	setToken    = "token"
-	setFile     = "config"
+	setListen        = "listen"
+	setRedis         = "redis"
+	setPostgres      = "postgres"
+	setData          = "data"
+	setMode          = "mode"
+	setToken         = "token"
+	setTokenFile     = "token_file"
+	setMetricsPublic = "metrics_public"
+	setDashboard     = "dashboard"
+	setLogFormat     = "log_format"
+	setAccessLog     = "access_log"
+	setTLSCert       = "tls_cert"
+	setTLSKey        = "tls_key"
+	setRedisUser     = "redis_username"
+	setRedisPass     = "redis_password"
+	setRedisPassFile = "redis_password_file"
+	setRedisTLS      = "redis_tls"
+	setRedisCA       = "redis_tls_ca"
+	setRedisCert     = "redis_tls_cert"
+	setRedisKey      = "redis_tls_key"
+	setRedisSNI      = "redis_tls_server_name"
+	setFile          = "config"
 	// The settings of `hotcount proxy`.
 	setRESPListen   = "resp_listen"
 	setAdminListen  = "admin_listen"
@@ -73,8 +97,16 @@ const (
 )
 
 // settingNames lists the settings that flags and environment variables may set.
-var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setFile,
+var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setTokenFile,
+	setMetricsPublic, setDashboard, setLogFormat, setAccessLog, setTLSCert, setTLSKey,
+	setRedisUser, setRedisPass, setRedisPassFile, setRedisTLS, setRedisCA, setRedisCert, setRedisKey, setRedisSNI, setFile,
 	setRESPListen, setAdminListen, setRESPPassword}
+
+// flagName is the command-line flag of a setting: dashes for underscores.
+func flagName(setting string) string { return strings.ReplaceAll(setting, "_", "-") }
+
+// settingName is the setting of a command-line flag.
+func settingName(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
 
 // serveConfig is the merged configuration of `hotcount serve`.
 type serveConfig struct {
@@ -91,8 +123,26 @@ type serveConfig struct {
 	// setMode is the durability mode of keys no namespace names: fast or
 	// durable.
 	Mode string `yaml:"mode"`
-	// setToken, when set, is the bearer token the write endpoints require.
+	// setToken, when set, is one bearer token with every scope; reads need
+	// it too.
 	Token string `yaml:"token"`
+	// setTokenFile names a file holding that token instead.
+	TokenFile string `yaml:"token_file"`
+	// Tokens are scoped bearer tokens (file only).
+	Tokens []tokenConfig `yaml:"tokens"`
+	// setMetricsPublic serves /metrics without a token.
+	MetricsPublic bool `yaml:"metrics_public"`
+	// setDashboard serves the dashboard; nil means true.
+	Dashboard *bool `yaml:"dashboard"`
+	// setLogFormat is text or json.
+	LogFormat string `yaml:"log_format"`
+	// setAccessLog logs one line per request.
+	AccessLog bool `yaml:"access_log"`
+	// setTLSCert and setTLSKey, together, make the listener serve HTTPS.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// The Redis login and TLS settings (redis_username, ...).
+	RedisSecurity redisSecurity `yaml:",inline"`
 	// Namespaces override settings per key prefix (longest prefix wins).
 	Namespaces []nsConfig `yaml:"namespaces"`
 	// autoNConfig, when present, turns automatic N on (file only).
@@ -109,6 +159,24 @@ type serveConfig struct {
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
 	Sources map[string]string `yaml:"-"`
+
+	// Resolved by Validate: the bearer tokens with their secrets read, the
+	// Redis login and TLS, the listener's certificate.
+	tokens    []server.Token
+	redisConn hotcount.RedisConfig
+	listenTLS *tls.Config
+}
+
+// tokenConfig is one scoped bearer token of the file. Its secret is given
+// by exactly one of Token, TokenFile (a file holding it) and TokenEnv (an
+// environment variable holding it).
+type tokenConfig struct {
+	Name      string   `yaml:"name"`
+	Token     string   `yaml:"token"`
+	TokenFile string   `yaml:"token_file"`
+	TokenEnv  string   `yaml:"token_env"`
+	Scopes    []string `yaml:"scopes"`
+	Prefixes  []string `yaml:"prefixes"`
 }
 
 // nsConfig holds the settings of keys that start with Prefix.
@@ -171,9 +239,15 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %v", errInvalidConfig, path, src, err)
 		}
 		fileSrc := "file " + path
+		rs := cfg.RedisSecurity
 		for name, set := range map[string]bool{setListen: cfg.Listen != "", setRedis: len(cfg.Redis) > 0,
 			setPostgres: cfg.Postgres != "", setData: cfg.Data != "", setMode: cfg.Mode != "", setToken: cfg.Token != "",
-			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != ""} {
+			setTokenFile: cfg.TokenFile != "", setMetricsPublic: cfg.MetricsPublic, setDashboard: cfg.Dashboard != nil,
+			setLogFormat: cfg.LogFormat != "", setAccessLog: cfg.AccessLog, setTLSCert: cfg.TLSCert != "", setTLSKey: cfg.TLSKey != "",
+			setRedisUser: rs.Username != "", setRedisPass: rs.Password != "", setRedisPassFile: rs.PasswordFile != "",
+			setRedisTLS: rs.TLS, setRedisCA: rs.CA != "", setRedisCert: rs.Cert != "", setRedisKey: rs.Key != "", setRedisSNI: rs.ServerName != "",
+			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != "",
+			"tokens": len(cfg.Tokens) > 0, "namespaces": len(cfg.Namespaces) > 0, "auto_n": cfg.AutoN != nil} {
 			if set {
 				cfg.Sources[name] = fileSrc
 			}
@@ -186,25 +260,8 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 			continue
 		}
 		cfg.Sources[name] = src
-		switch name {
-		case setListen:
-			cfg.Listen = v
-		case setRedis:
-			cfg.Redis = splitAddrs(v)
-		case setPostgres:
-			cfg.Postgres = v
-		case setData:
-			cfg.Data = v
-		case setMode:
-			cfg.Mode = v
-		case setToken:
-			cfg.Token = v
-		case setRESPListen:
-			cfg.RESPListen = v
-		case setAdminListen:
-			cfg.AdminListen = v
-		case setRESPPassword:
-			cfg.RESPPassword = v
+		if err := cfg.set(name, v); err != nil {
+			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %w", errInvalidConfig, name, src, err)
 		}
 	}
 	cfg.applyDefaults()
@@ -212,6 +269,34 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 		return serveConfig{}, err
 	}
 	return cfg, nil
+}
+
+// set sets one setting from its text (a flag or an environment variable).
+func (c *serveConfig) set(name, v string) error {
+	str := map[string]*string{setListen: &c.Listen, setPostgres: &c.Postgres, setData: &c.Data, setMode: &c.Mode,
+		setToken: &c.Token, setTokenFile: &c.TokenFile, setRESPListen: &c.RESPListen, setAdminListen: &c.AdminListen, setRESPPassword: &c.RESPPassword, setLogFormat: &c.LogFormat, setTLSCert: &c.TLSCert, setTLSKey: &c.TLSKey,
+		setRedisUser: &c.RedisSecurity.Username, setRedisPass: &c.RedisSecurity.Password, setRedisPassFile: &c.RedisSecurity.PasswordFile,
+		setRedisCA: &c.RedisSecurity.CA, setRedisCert: &c.RedisSecurity.Cert, setRedisKey: &c.RedisSecurity.Key, setRedisSNI: &c.RedisSecurity.ServerName}
+	boolean := map[string]*bool{setMetricsPublic: &c.MetricsPublic, setAccessLog: &c.AccessLog, setRedisTLS: &c.RedisSecurity.TLS}
+	switch {
+	case name == setRedis:
+		c.Redis = splitAddrs(v)
+	case name == setDashboard:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		c.Dashboard = &b
+	case str[name] != nil:
+		*str[name] = v
+	case boolean[name] != nil:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*boolean[name] = b
+	}
+	return nil
 }
 
 // envName returns the environment variable of a setting: HOTCOUNT_NAME.
@@ -257,6 +342,11 @@ func (c *serveConfig) applyDefaults() {
 	}
 	def(setListen, &c.Listen, defaultListen)
 	def(setMode, &c.Mode, defaultMode)
+	def(setLogFormat, &c.LogFormat, defaultLogFormat)
+	if c.Dashboard == nil {
+		on := true
+		c.Dashboard = &on
+	}
 	def(setRESPListen, &c.RESPListen, defaultRESPListen)
 	def(setAdminListen, &c.AdminListen, defaultAdminListen)
 	if c.Postgres == "" {
@@ -307,6 +397,31 @@ func (c *serveConfig) Validate() error {
 	if c.Token != "" && strings.IndexFunc(c.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 		return bad(setToken, "must not contain spaces or control characters")
 	}
+	if err := c.resolveTokens(); err != nil {
+		return err
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad(setLogFormat, "must be text or json, got %q", c.LogFormat)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return bad(setTLSCert, "tls_cert and tls_key go together")
+	}
+	c.listenTLS = nil
+	if c.TLSCert != "" {
+		pair, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return bad(setTLSCert, "%v", err)
+		}
+		c.listenTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	}
+	if c.RedisSecurity.set() && len(c.Redis) == 0 {
+		return fmt.Errorf("%w: the redis_* login and TLS settings need redis (the embedded store has no login)", errInvalidConfig)
+	}
+	rc, err := c.RedisSecurity.resolve(c.Redis)
+	if err != nil {
+		return fmt.Errorf("%w: %v (%s)", errInvalidConfig, err, c.redisSources())
+	}
+	c.redisConn = rc
 	for i, ns := range c.Namespaces {
 		nsBad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", errInvalidConfig, i, ns.Prefix, c.Sources[setFile], fmt.Sprintf(format, args...))
@@ -328,6 +443,82 @@ func (c *serveConfig) Validate() error {
 	}
 	return nil
 }
+
+// resolveTokens reads the secrets of token_file and of the scoped tokens
+// and checks them as the server will.
+func (c *serveConfig) resolveTokens() error {
+	where := func(name string) string {
+		if src := c.Sources[name]; src != "" {
+			return " (from " + src + ")"
+		}
+		return ""
+	}
+	single := c.Token
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			return fmt.Errorf("%w: token%s and token_file%s exclude each other", errInvalidConfig, where(setToken), where(setTokenFile))
+		}
+		s, err := readSecret(c.TokenFile)
+		if err != nil {
+			return fmt.Errorf("%w: token_file%s: %w", errInvalidConfig, where(setTokenFile), err)
+		}
+		single = s
+	}
+	c.tokens = nil
+	for i, t := range c.Tokens {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: tokens[%d] %q%s: %s", errInvalidConfig, i, t.Name, where("tokens"), fmt.Sprintf(format, args...))
+		}
+		given := 0
+		for _, s := range []string{t.Token, t.TokenFile, t.TokenEnv} {
+			if s != "" {
+				given++
+			}
+		}
+		if given != 1 {
+			return bad("give exactly one of token, token_file and token_env")
+		}
+		secret := t.Token
+		switch {
+		case t.TokenFile != "":
+			s, err := readSecret(t.TokenFile)
+			if err != nil {
+				return bad("token_file: %v", err)
+			}
+			secret = s
+		case t.TokenEnv != "":
+			secret = strings.TrimSpace(os.Getenv(t.TokenEnv))
+			if secret == "" {
+				return bad("token_env: $%s is empty or not set", t.TokenEnv)
+			}
+		}
+		st := server.Token{Name: t.Name, Secret: secret, Prefixes: t.Prefixes}
+		for _, sc := range t.Scopes {
+			st.Scopes = append(st.Scopes, server.Scope(sc))
+		}
+		c.tokens = append(c.tokens, st)
+	}
+	if err := server.CheckTokens(single, c.tokens); err != nil {
+		return fmt.Errorf("%w: %w", errInvalidConfig, err)
+	}
+	c.Token = single
+	c.TokenFile = ""
+	return nil
+}
+
+// redisSources names where the redis_* settings came from.
+func (c *serveConfig) redisSources() string {
+	var out []string
+	for _, n := range []string{setRedisUser, setRedisPass, setRedisPassFile, setRedisTLS, setRedisCA, setRedisCert, setRedisKey, setRedisSNI} {
+		if src := c.Sources[n]; src != "" && src != "default" {
+			out = append(out, n+" from "+src)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// hasTokens reports whether any bearer token is configured.
+func (c *serveConfig) hasTokens() bool { return c.Token != "" || len(c.tokens) > 0 }
 
 func validMode(m string) bool { return m == "" || m == "fast" || m == "durable" }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
@@ -14,66 +16,128 @@ import (
 // backendFlags are the flags that choose a backend for one-shot commands:
 // a running server (--server), or a backend directly.
 type backendFlags struct {
-	server string
-	token  string
-	redis  string
-	n      int
+	fs        *flagSet
+	server    string
+	token     string
+	tokenFile string
+	redis     string
+	sec       redisSecurity
+	n         int
 }
 
-func (b *backendFlags) register(fs *flagSet) {
-	fs.StringVar(&b.server, "server", "", "URL of a running `hotcount serve` (instead of --redis)")
-	fs.StringVar(&b.token, "token", "", "bearer token for --server write endpoints")
+// The environment of the client commands.
+const (
+	envServer      = "HOTCOUNT_SERVER"       // --server
+	envClientToken = "HOTCOUNT_CLIENT_TOKEN" // --token
+	envRedisPass   = "HOTCOUNT_REDIS_PASSWORD"
+)
+
+func (b *backendFlags) register(fs *flagSet, withN bool) {
+	b.fs = fs
+	fs.StringVar(&b.server, "server", os.Getenv(envServer), "URL of a running `hotcount serve` (instead of --redis); default $"+envServer)
+	fs.StringVar(&b.token, "token", "", "bearer token for --server; default $"+envClientToken+" (a flag shows in ps)")
+	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the bearer token for --server")
 	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated (empty: the embedded store, which lives only inside this one process)")
-	fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters of a counter that has no metadata yet")
+	b.sec.register(fs)
+	if withN {
+		fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters of a counter that has no metadata yet")
+	}
 }
 
-// remote returns the server client when --server was given.
-func (b *backendFlags) remote(stderr io.Writer) (r *remote, code int, ok bool) {
+// remote returns the server client when --server (or $HOTCOUNT_SERVER)
+// was given.
+func (b *backendFlags) remote() (r *remote, code int, ok bool) {
 	if b.server == "" {
 		return nil, 0, true
 	}
 	if b.redis != "" {
-		return nil, usagef(stderr, "give --server or --redis, not both"), false
+		explicit := false
+		b.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "server" })
+		if !explicit {
+			b.server = "" // --redis beats $HOTCOUNT_SERVER
+			return nil, 0, true
+		}
+		return nil, b.fs.usagef("give --server or --redis, not both"), false
 	}
-	r, err := newRemote(b.server, b.token)
+	token := b.token
+	switch {
+	case b.tokenFile != "" && token != "":
+		return nil, b.fs.usagef("give --token or --token-file, not both"), false
+	case b.tokenFile != "":
+		t, err := readSecret(b.tokenFile)
+		if err != nil {
+			return nil, b.fs.usagef("--token-file: %v", err), false
+		}
+		token = t
+	case token == "":
+		token = os.Getenv(envClientToken)
+	}
+	r, err := newRemote(b.server, token)
 	if err != nil {
-		return nil, usagef(stderr, "%v", err), false
+		return nil, b.fs.usagef("%v", err), false
 	}
 	return r, 0, true
 }
 
-func (b *backendFlags) open(ctx context.Context) (*hotcount.Client, error) {
-	return hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: splitAddrs(b.redis)}, Defaults: hotcount.Namespace{N: b.n}, Reads: hotcount.ReadConfig{NoCache: true}})
+// redisConfig returns the Redis settings of --redis and the login and TLS
+// flags (the password from --redis-password-file or $HOTCOUNT_REDIS_PASSWORD).
+func (b *backendFlags) redisConfig() (hotcount.RedisConfig, error) {
+	sec := b.sec
+	if sec.PasswordFile == "" {
+		sec.Password = os.Getenv(envRedisPass)
+	}
+	if sec.set() && b.redis == "" {
+		return hotcount.RedisConfig{}, errors.New("the --redis-* login and TLS flags need --redis")
+	}
+	return sec.resolve(splitAddrs(b.redis))
+}
+
+func (b *backendFlags) open(ctx context.Context, rc hotcount.RedisConfig) (*hotcount.Client, error) {
+	return hotcount.New(ctx, hotcount.Config{Redis: rc, Defaults: hotcount.Namespace{N: b.n}, Reads: hotcount.ReadConfig{NoCache: true}})
 }
 
 // checkN rejects an N outside 1..MaxN.
-func (b *backendFlags) checkN(stderr io.Writer) (int, bool) {
+func (b *backendFlags) checkN() (int, bool) {
 	if b.n < 1 || b.n > keyspace.MaxN {
-		return usagef(stderr, "--n must be 1..%d, got %d", keyspace.MaxN, b.n), false
+		return b.fs.usagef("--n must be 1..%d, got %d", keyspace.MaxN, b.n), false
 	}
 	return 0, true
 }
 
+// connect checks the backend flags and returns either a remote server or
+// the settings of a Client to open; ok false means return code.
+func (b *backendFlags) connect() (rem *remote, rc hotcount.RedisConfig, code int, ok bool) {
+	rem, code, ok = b.remote()
+	if !ok || rem != nil {
+		return rem, rc, code, ok
+	}
+	rc, err := b.redisConfig()
+	if err != nil {
+		return nil, rc, b.fs.usagef("%v", err), false
+	}
+	return nil, rc, 0, true
+}
+
 func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("incr", stderr)
+	fs := newFlagSet("incr", stdout, stderr)
 	var b backendFlags
-	b.register(fs)
+	b.register(fs, true)
 	key := fs.String("key", "", "counter key (required)")
 	by := fs.Int64("by", 1, "delta to add (non-zero)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, done := fs.parse(args); done {
 		return code
 	}
-	if code, ok := b.checkN(stderr); !ok {
+	if code, ok := b.checkN(); !ok {
 		return code
 	}
 	if *key == "" {
-		return usagef(stderr, "incr: --key is required")
+		return fs.usagef("--key is required")
 	}
 	if err := validateInput(*key, *by); err != nil {
-		return usagef(stderr, "incr: %v", err)
+		return fs.usagef("%v", err)
 	}
-	rem, code, ok := b.remote(stderr)
+	rem, rc, code, ok := b.connect()
 	if !ok {
 		return code
 	}
@@ -88,16 +152,16 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s += %d\n", *key, *by)
 		return exitOK
 	}
-	c, err := b.open(ctx)
+	c, err := b.open(ctx, rc)
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "incr", err)
 	}
 	defer c.Close(context.Background())
 	if err := c.Incr(ctx, *key, *by); err != nil {
 		if errors.Is(err, hotcount.ErrOverflow) {
-			return usagef(stderr, "incr: %v", err)
+			return fs.usagef("%v", err)
 		}
-		return failf(stderr, "incr: %v", err)
+		return fs.failf("%v", err)
 	}
 	if *asJSON {
 		return printJSON(stdout, stderr, map[string]any{"key": *key, "accepted": true, "by": *by})
@@ -107,24 +171,24 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("get", stderr)
+	fs := newFlagSet("get", stdout, stderr)
 	var b backendFlags
-	b.register(fs)
+	b.register(fs, true)
 	key := fs.String("key", "", "counter key (required)")
 	asJSON := fs.Bool("json", false, `print JSON: {"key", "value", "stale_ms"}`)
 	if code, done := fs.parse(args); done {
 		return code
 	}
-	if code, ok := b.checkN(stderr); !ok {
+	if code, ok := b.checkN(); !ok {
 		return code
 	}
 	if *key == "" {
-		return usagef(stderr, "get: --key is required")
+		return fs.usagef("--key is required")
 	}
 	if err := validateInput(*key, 1); err != nil {
-		return usagef(stderr, "get: %v", err)
+		return fs.usagef("%v", err)
 	}
-	rem, code, ok := b.remote(stderr)
+	rem, rc, code, ok := b.connect()
 	if !ok {
 		return code
 	}
@@ -143,14 +207,14 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%d\n", out.Value)
 		return exitOK
 	}
-	c, err := b.open(ctx)
+	c, err := b.open(ctx, rc)
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "get", err)
 	}
 	defer c.Close(context.Background())
 	r, err := c.Get(ctx, *key)
 	if err != nil {
-		return failf(stderr, "get: %v", err)
+		return fs.failf("%v", err)
 	}
 	if *asJSON {
 		return printJSON(stdout, stderr, map[string]any{"key": r.Key, "value": r.Value, "stale_ms": r.Stale.Milliseconds()})
@@ -171,13 +235,13 @@ func validateInput(key string, delta int64) error {
 	return nil
 }
 
-// openFailure reports a failure to open a backend: a bad configuration is a
-// usage error, anything else a runtime failure.
-func openFailure(stderr io.Writer, err error) int {
+// openFailure reports a failure of cmd to open a backend: a bad
+// configuration is a usage error, anything else a runtime failure.
+func openFailure(stderr io.Writer, cmd string, err error) int {
 	if errors.Is(err, hotcount.ErrConfig) {
-		return usagef(stderr, "%v", err)
+		return usagef(stderr, "%s: %v", cmd, err)
 	}
-	return failf(stderr, "%v", err)
+	return failf(stderr, "%s: %v", cmd, err)
 }
 
 // printJSON writes v as one line of JSON.

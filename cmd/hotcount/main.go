@@ -12,7 +12,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -22,25 +24,31 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
-// commands is the subcommand table; help lists it in order of name.
-var commands = map[string]command{
-	"version":  {"print the version", runVersion},
-	"cluster":  {"start, stop or inspect a local Redis Cluster (up, down, status)", runCluster},
-	"plan":     {"size a hot counter: n, per-node load, collision odds, mode", runPlan},
-	"simulate": {"model strategies on K nodes under Zipf traffic and a viral key", runSimulate},
-	"incr":     {"add to a counter", runIncr},
-	"get":      {"read a counter", runGet},
-	"shards":   {"show where a counter's sub-counters live", runShards},
-	"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
-	"serve":    {"run the HTTP API, metrics and dashboard", runServe},
-	"proxy":    {"serve the Redis protocol: INCR on counter keys absorbed, other keys passed through", runProxy},
-	"bench":    {"drive one hot counter from many clients and measure the cache's writes", runBench},
-	"soak":     {"run mixed load for a long time and watch memory and goroutines", runSoak},
-	"rebuild":  {"recreate the cache view of counters from the durable store", runRebuild},
+// commands is the subcommand table; help lists it in order of name. It is
+// filled by init, because the commands' help reads it.
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"version":  {"print the version", runVersion},
+		"cluster":  {"start, stop or inspect a local Redis Cluster (up, down, status)", runCluster},
+		"plan":     {"size a hot counter: n, per-node load, collision odds, mode", runPlan},
+		"simulate": {"model strategies on K nodes under Zipf traffic and a viral key", runSimulate},
+		"incr":     {"add to a counter", runIncr},
+		"get":      {"read a counter", runGet},
+		"shards":   {"show where a counter's sub-counters live", runShards},
+		"resize":   {"change a counter's number of sub-counters (grow, or fold to shrink)", runResize},
+		"serve":    {"run the HTTP API, metrics and dashboard", runServe},
+		"proxy":    {"serve the Redis protocol: INCR on counter keys absorbed, other keys passed through", runProxy},
+		"bench":    {"drive one hot counter from many clients and measure the cache's writes", runBench},
+		"soak":     {"run mixed load for a long time and watch memory and goroutines", runSoak},
+		"rebuild":  {"recreate the cache view of counters from the durable store", runRebuild},
+	}
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, when set at build time with -ldflags "-X main.version=...",
+// replaces the module version of the build info.
+var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,14 +63,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	name := args[0]
-	if name == "help" || name == "-h" || name == "--help" {
+	switch name {
+	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
 				return c.run(ctx, []string{"--help"}, stdout, stderr)
 			}
+			fmt.Fprintf(stderr, "hotcount: help: unknown command %q (run 'hotcount help')\n", args[1])
+			return exitUsage
 		}
 		printHelp(stdout)
 		return exitOK
+	case "-v", "-version", "--version":
+		name = "version"
 	}
 	c, ok := commands[name]
 	if !ok {
@@ -74,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "hotcount absorbs write-hot counters on a sharded cache.")
-	fmt.Fprintln(w, "\nUsage: hotcount <command> [flags]   (hotcount help <command> for its flags)")
+	fmt.Fprintln(w, "\nUsage: hotcount <command> [flags]   (hotcount help <command>, or hotcount <command> --help, for its flags)")
 	fmt.Fprintln(w, "\nCommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -85,6 +98,7 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, helpExamples)
+	fmt.Fprint(w, helpEnvironment)
 }
 
 const helpExamples = `
@@ -104,11 +118,112 @@ Examples:
                                                    calibrate one node, offer 3x its ceiling open-loop
 `
 
+const helpEnvironment = `
+Environment:
+  HOTCOUNT_SERVER, HOTCOUNT_CLIENT_TOKEN   --server and --token of incr, get, shards and resize
+  HOTCOUNT_REDIS_PASSWORD                  the Redis password of commands that take --redis
+  HOTCOUNT_<SETTING>                       a setting of serve (hotcount help serve)
+`
+
+// commandExamples are the examples of each command's help.
+var commandExamples = map[string]string{
+	"serve": `  hotcount serve
+  hotcount serve --config hotcount.yaml
+  HOTCOUNT_TOKEN_FILE=/run/secrets/hotcount hotcount serve --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem \
+    --redis 10.0.0.1:6379,10.0.0.2:6379 --redis-tls-ca ca.pem --redis-username hotcount --redis-password-file /run/secrets/redis \
+    --postgres 'postgres://hotcount@db/hotcount?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem'
+  hotcount serve --log-format json --access-log
+`,
+	"incr": `  hotcount incr --server http://127.0.0.1:7070 --key likes:post:42 --by 5
+  HOTCOUNT_SERVER=http://127.0.0.1:7070 HOTCOUNT_CLIENT_TOKEN=$TOKEN hotcount incr --key likes:post:42
+  hotcount incr --redis 127.0.0.1:7100 --key likes:post:42
+`,
+	"get": `  hotcount get --server http://127.0.0.1:7070 --key likes:post:42 --json
+  hotcount get --redis 127.0.0.1:7100 --key likes:post:42
+`,
+	"shards": `  hotcount shards --server http://127.0.0.1:7070 --key likes:post:42
+  hotcount shards --redis 127.0.0.1:7100 --key likes:post:42 --rebalance
+`,
+	"resize": `  hotcount resize --server http://127.0.0.1:7070 --key likes:post:42 --n 16
+`,
+	"plan": `  hotcount plan --rate 40000 --node-capacity 10000 --nodes 20
+  hotcount plan --rate 40000 --node-capacity 10000 --nodes 20 --procs 100 --flush 500ms --loss-window 1s --json
+`,
+	"simulate": `  hotcount simulate --nodes 20 --n 8
+  hotcount simulate --nodes 20 --keys 10000 --json
+`,
+	"proxy": `  hotcount proxy --redis 127.0.0.1:7100
+  hotcount proxy --config hotcount.yaml --resp-listen 127.0.0.1:6380 --admin-listen off
+`,
+	"bench": `  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
+`,
+	"soak": `  hotcount soak --duration 1m --interval 10s
+  hotcount soak --redis 127.0.0.1:7100 --duration 10m --keep
+`,
+	"rebuild": `  hotcount rebuild --redis 127.0.0.1:7100 --data ./hotcount-data --prefix orders:
+  hotcount rebuild --redis 127.0.0.1:7100 --postgres postgres://hotcount@db/hotcount --key orders:7 --json
+`,
+	"cluster up":     "  hotcount cluster up --dir /tmp/hc --port 7100 --primaries 3 --replicas 1\n",
+	"cluster down":   "  hotcount cluster down --dir /tmp/hc\n",
+	"cluster status": "  hotcount cluster status --dir /tmp/hc\n",
+	"version":        "  hotcount version\n  hotcount --version\n",
+}
+
+// runVersion prints the module version and the VCS revision of the build.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("version", stderr)
+	fs := newFlagSet("version", stdout, stderr)
 	if code, done := fs.parse(args); done {
 		return code
 	}
-	fmt.Fprintln(stdout, "hotcount", version)
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(bi, version))
 	return exitOK
+}
+
+// versionLine describes a build: "hotcount <version> (<revision>[, modified],
+// <time>, <go version>)". The version is override when set, else the
+// module's; the revision, its time and whether the tree was modified come
+// from the VCS stamp of a build in a git checkout.
+func versionLine(bi *debug.BuildInfo, override string) string {
+	if bi == nil {
+		v := override
+		if v == "" {
+			v = "(unknown)"
+		}
+		return "hotcount " + v + " (no build information)"
+	}
+	v := override
+	if v == "" {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	var parts []string
+	if rev == "" {
+		parts = append(parts, "revision unknown: not built from a git checkout")
+	} else {
+		r := "revision " + rev
+		if modified {
+			r += " (modified)"
+		}
+		parts = append(parts, r)
+	}
+	if at != "" {
+		parts = append(parts, at)
+	}
+	parts = append(parts, bi.GoVersion)
+	return "hotcount " + v + " (" + strings.Join(parts, ", ") + ")"
 }

@@ -14,7 +14,7 @@ import (
 // runPlan sizes one hot counter: hotcount plan --rate R --node-capacity C
 // --nodes K [...]. It prints plan.Explain, or the plan.Result as JSON.
 func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", stderr)
+	fs := newFlagSet("plan", stdout, stderr)
 	var in plan.Input
 	var asJSON bool
 	fs.Float64Var(&in.Rate, "rate", 0, "increments per second on the hot key (required)")
@@ -45,7 +45,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	in.LossWindowSet = set["loss-window"]
 	res, err := plan.Compute(in)
 	if err != nil {
-		return usagef(stderr, "%v", err)
+		return usagef(stderr, "%v", err) // the error names the command
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)

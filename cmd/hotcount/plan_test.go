@@ -106,7 +106,7 @@ func TestPlanText(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if code, _, errs := runHC("help", "plan"); code != exitOK || !strings.Contains(errs, "-node-capacity") {
-		t.Errorf("help plan: exit %d, stderr %q", code, errs)
+	if code, out, _ := runHC("help", "plan"); code != exitOK || !strings.Contains(out, "-node-capacity") || !strings.Contains(out, "Examples:") {
+		t.Errorf("help plan: exit %d, stdout %q", code, out)
 	}
 }

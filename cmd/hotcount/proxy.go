@@ -37,7 +37,7 @@ var proxyFlags = map[string]string{
 // stops accepting, finishes what clients sent and closes the Client,
 // which flushes every buffered delta.
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("proxy", stderr)
+	fs := newFlagSet("proxy", stdout, stderr)
 	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
 	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
@@ -110,7 +110,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 		if db != nil {
 			db.Close()
 		}
-		return openFailure(stderr, err)
+		return openFailure(stderr, "proxy", err)
 	}
 	closeClient := func() error {
 		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

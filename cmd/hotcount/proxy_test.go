@@ -47,8 +47,8 @@ func TestProxyUsage(t *testing.T) {
 			}
 		})
 	}
-	if code, _, stderr := runCLI("help", "proxy"); code != exitOK || !strings.Contains(stderr, "-resp-listen") {
-		t.Fatalf("help proxy: %d %q", code, stderr)
+	if code, out, _ := runCLI("help", "proxy"); code != exitOK || !strings.Contains(out, "-resp-listen") {
+		t.Fatalf("help proxy: %d %q", code, out)
 	}
 	if code, out, _ := runCLI("help"); code != exitOK || !strings.Contains(out, "proxy") {
 		t.Fatalf("help: %d %q", code, out)

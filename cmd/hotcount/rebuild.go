@@ -19,7 +19,7 @@ import (
 // hotcount.Client.Rebuild). Pause the writers of the rebuilt counters
 // while it runs.
 func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("rebuild", stderr)
+	fs := newFlagSet("rebuild", stdout, stderr)
 	redisAddrs := fs.String("redis", "", "Redis seed addresses, comma-separated (required)")
 	pgURL := fs.String("postgres", "", "PostgreSQL URL of the durable store")
 	schema := fs.String("schema", "", "PostgreSQL schema of the durable store (default: the search_path)")
@@ -67,7 +67,7 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		Durability: hotcount.DurabilityConfig{NoStartupRepair: true, Store: be},
 	})
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "rebuild", err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,7 +26,14 @@ func TestCommandsAgainstServer(t *testing.T) {
 			t.Fatalf("incr: exit %d: %s", code, stderr)
 		}
 	}
-	code, out, stderr := runCLI("get", "--key", "likes:post:9", "--json", "--server", base)
+	// The single token carries every scope: reads need it too.
+	if code, _, stderr := runCLI("get", "--key", "likes:post:9", "--server", base); code != exitUsage || !strings.Contains(stderr, "401") {
+		t.Fatalf("get without the token: exit %d %q", code, stderr)
+	}
+	// $HOTCOUNT_SERVER and $HOTCOUNT_CLIENT_TOKEN stand for --server and --token.
+	t.Setenv(envServer, base)
+	t.Setenv(envClientToken, "s3cret")
+	code, out, stderr := runCLI("get", "--key", "likes:post:9", "--json")
 	var got struct {
 		Value int64 `json:"value"`
 	}
@@ -35,7 +43,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	if code, _, stderr := runCLI(append([]string{"resize", "--key", "likes:post:9", "--n", "3"}, srv...)...); code != exitOK {
 		t.Fatalf("resize: exit %d: %s", code, stderr)
 	}
-	code, out, stderr = runCLI("shards", "--key", "likes:post:9", "--json", "--server", base)
+	code, out, stderr = runCLI("shards", "--key", "likes:post:9", "--json")
 	var rep hotcount.ShardReport
 	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 3 || len(rep.Shards) != 3 || rep.Value != 20 {
 		t.Fatalf("shards: exit %d, %q %s", code, out, stderr)
@@ -45,7 +53,13 @@ func TestCommandsAgainstServer(t *testing.T) {
 			t.Errorf("shard %+v", s)
 		}
 	}
-	// A write without the token is refused by the server: exit 2.
+	// A token from a file; a wrong one is refused by the server: exit 2.
+	tf := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tf, []byte("s3cret\n"), 0o600)
+	if code, out, stderr := runCLI("get", "--key", "likes:post:9", "--token-file", tf); code != exitOK || strings.TrimSpace(out) != "20" {
+		t.Fatalf("--token-file: exit %d %q %s", code, out, stderr)
+	}
+	t.Setenv(envClientToken, "wrong")
 	if code, _, stderr := runCLI("incr", "--key", "likes:post:9", "--server", base); code != exitUsage || !strings.Contains(stderr, "401") {
 		t.Fatalf("incr without token: exit %d %q", code, stderr)
 	}

@@ -2,15 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -28,22 +29,39 @@ const shutdownTimeout = 15 * time.Second
 // SIGTERM), then stops gracefully: it stops accepting, finishes in-flight
 // requests and closes the Client, which drains what it buffered.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("serve", stderr)
-	fs.String(setListen, defaultListen, "host:port to serve on (port 0: any free port); env HOTCOUNT_LISTEN")
-	fs.String(setRedis, "", "Redis seed addresses, comma-separated (empty: the embedded store); env HOTCOUNT_REDIS")
-	fs.String(setPostgres, "", "PostgreSQL URL of the durable store (instead of --data); env HOTCOUNT_POSTGRES")
-	fs.String(setData, defaultData, "folder of the SQLite durable store, created if missing; env HOTCOUNT_DATA")
-	fs.String(setMode, defaultMode, "durability mode of keys no namespace names: fast or durable; env HOTCOUNT_MODE")
-	fs.String(setFile, "", "YAML config file (listen, redis, postgres, data, mode, token, namespaces); env HOTCOUNT_CONFIG")
-	fs.String(setToken, "", "bearer token required by write endpoints; env HOTCOUNT_TOKEN")
+	fs := newFlagSet("serve", stdout, stderr)
+	str := func(name, def, usage string) { fs.String(flagName(name), def, usage+"; env "+envName(name)) }
+	boolean := func(name string, def bool, usage string) { fs.Bool(flagName(name), def, usage+"; env "+envName(name)) }
+	str(setListen, defaultListen, "host:port to serve on (port 0: any free port)")
+	str(setRedis, "", "Redis seed addresses, comma-separated (empty: the embedded store)")
+	str(setPostgres, "", "PostgreSQL URL of the durable store (instead of --data); TLS with ?sslmode=verify-full&sslrootcert=FILE")
+	str(setData, defaultData, "folder of the SQLite durable store, created if missing")
+	str(setMode, defaultMode, "durability mode of keys no namespace names: fast or durable")
+	str(setFile, "", "YAML config file (every setting, plus namespaces, tokens and auto_n)")
+	str(setToken, "", "bearer token with every scope (reads need it too); prefer --token-file, the environment or the file: a flag shows in ps")
+	str(setTokenFile, "", "file holding the bearer token with every scope")
+	boolean(setMetricsPublic, false, "serve /metrics without a token even when tokens are configured")
+	boolean(setDashboard, true, "serve the dashboard at /")
+	str(setLogFormat, defaultLogFormat, "log format on stderr: text or json")
+	boolean(setAccessLog, false, "log one line per request")
+	str(setTLSCert, "", "PEM certificate: serve HTTPS (with --tls-key)")
+	str(setTLSKey, "", "PEM key of --tls-cert")
+	str(setRedisUser, "", "Redis ACL user")
+	str(setRedisPass, "", "Redis password (prefer --redis-password-file or the environment)")
+	str(setRedisPassFile, "", "file holding the Redis password")
+	boolean(setRedisTLS, false, "connect to Redis with TLS (system roots unless --redis-tls-ca)")
+	str(setRedisCA, "", "PEM file of the CA of the Redis certificates (implies TLS)")
+	str(setRedisCert, "", "PEM client certificate for Redis (with --redis-tls-key; implies TLS)")
+	str(setRedisKey, "", "PEM key of --redis-tls-cert")
+	str(setRedisSNI, "", "name the Redis certificates are checked against (default: each address's host)")
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
+	fs.Visit(func(f *flag.Flag) { set[settingName(f.Name)] = f.Value.String() })
 	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
-		return usagef(stderr, "serve: %v", err)
+		return fs.usagef("%v", err)
 	}
 	return serve(ctx, cfg, stdout, stderr)
 }
@@ -52,12 +70,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // as the durable store. Each namespace keeps its own flush interval.
 func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 	hc := hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: append([]string(nil), cfg.Redis...)},
+		Redis:      cfg.redisConn,
 		Defaults:   hotcount.Namespace{Mode: hotcount.Mode(cfg.Mode)},
 		Durability: hotcount.DurabilityConfig{Store: db},
 	}
 	for _, ns := range cfg.Namespaces {
 		hc.Namespaces = append(hc.Namespaces, ns.namespace())
+	}
+	if hc.Redis.Addrs == nil && len(cfg.Redis) > 0 {
+		hc.Redis.Addrs = append([]string(nil), cfg.Redis...)
 	}
 	if a := cfg.AutoN; a != nil {
 		hc.AutoN = hotcount.AutoNConfig{Enabled: true, Budget: a.Budget, MaxN: a.MaxN, Hysteresis: a.Hysteresis}
@@ -77,8 +98,17 @@ func openDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) 
 	return sqlite.Open(ctx, sqlite.Config{Dir: cfg.Data})
 }
 
+// logger returns the log of serve on stderr, in the configured format.
+func logger(cfg serveConfig, stderr io.Writer) *slog.Logger {
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(stderr, nil))
+}
+
 // serve runs the server for a validated configuration.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
+	log := logger(cfg, stderr)
 	db, err := openDurable(ctx, cfg)
 	if err != nil {
 		return failf(stderr, "serve: durable store: %v", err)
@@ -86,17 +116,26 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	c, err := hotcount.New(ctx, clientConfig(cfg, db))
 	if err != nil {
 		db.Close()
-		return openFailure(stderr, err)
+		return openFailure(stderr, "serve", err)
 	}
 	// closeClient drains the Client (buffered deltas, pending durable
-	// commits, final checkpoint), then closes the durable store under it.
-	closeClient := func() error {
+	// commits, final checkpoint), then closes the durable store under it,
+	// and says what it drained.
+	closeClient := func() (drained string, err error) {
+		before := c.Stats()
 		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		return errors.Join(c.Close(cctx), db.Close())
+		err = errors.Join(c.Close(cctx), db.Close())
+		return drainReport(before, c.Stats()), err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	srv, err := server.New(server.Config{Client: c, Token: cfg.Token, Logger: logger})
+	budget := 0.0
+	if cfg.AutoN != nil {
+		budget = cfg.AutoN.Budget
+	}
+	srv, err := server.New(server.Config{
+		Client: c, Token: cfg.Token, Tokens: cfg.tokens, MetricsPublic: cfg.MetricsPublic, NoDashboard: !*cfg.Dashboard,
+		NodeBudget: budget, Logger: log, AccessLog: cfg.AccessLog,
+	})
 	if err != nil {
 		closeClient()
 		return failf(stderr, "serve: %v", err)
@@ -106,8 +145,15 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 		closeClient()
 		return failf(stderr, "serve: %v", err)
 	}
-	if !cfg.Loopback() && cfg.Token == "" {
-		fmt.Fprintf(stderr, "hotcount: warning: serving on %s beyond loopback without --token: anyone who can reach it can write\n", cfg.Listen)
+	scheme := "http"
+	if cfg.listenTLS != nil {
+		ln, scheme = tls.NewListener(ln, cfg.listenTLS), "https"
+	}
+	switch {
+	case !cfg.Loopback() && !cfg.hasTokens():
+		log.Warn("serving beyond loopback without a token: anyone who can reach it can read, write and clear", "listen", cfg.Listen)
+	case !cfg.Loopback() && cfg.listenTLS == nil:
+		log.Warn("serving beyond loopback without TLS: bearer tokens cross the network in clear text (set tls_cert and tls_key)", "listen", cfg.Listen)
 	}
 	hs := &http.Server{
 		Handler:           srv,
@@ -116,9 +162,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          log.New(stderr, "hotcount: http: ", 0),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "listening on %s://%s\n", scheme, ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -131,15 +177,38 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	shutErr := hs.Shutdown(sctx)
 	cancel()
-	closeErr := closeClient()
+	drained, closeErr := closeClient()
 	switch {
 	case serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed):
 		return failf(stderr, "serve: %v", serveErr)
 	case shutErr != nil:
 		return failf(stderr, "serve: graceful shutdown: %v", shutErr)
 	case closeErr != nil:
-		return failf(stderr, "serve: closing the client: %v", closeErr)
+		return failf(stderr, "serve: closing the client: %v (%s)", closeErr, drained)
 	}
-	fmt.Fprintln(stderr, "hotcount: stopped cleanly")
+	fmt.Fprintf(stderr, "hotcount: stopped cleanly: %s\n", drained)
 	return exitOK
+}
+
+// drainReport says what closing the Client drained, from its stats before
+// and after.
+func drainReport(before, after hotcount.Stats) string {
+	b, a := before.Buffer, after.Buffer
+	parts := []string{fmt.Sprintf("drained %d buffered increments of %d keys in %d cache writes",
+		b.UnflushedAbs, b.PendingKeys, a.OpsApplied-b.OpsApplied)}
+	if left := a.UnflushedAbs; left > 0 {
+		parts = append(parts, fmt.Sprintf("%d increments of %d keys NOT drained", left, a.PendingKeys))
+	}
+	bd, ad := before.Durability, after.Durability
+	if n := ad.Events - bd.Events; n > 0 {
+		parts = append(parts, fmt.Sprintf("committed %d durable increments", n))
+	}
+	if ad.Checkpoints > bd.Checkpoints {
+		parts = append(parts, fmt.Sprintf("last checkpoint saved %d sub-counters", ad.Saved-bd.Saved))
+	} else if ad.CheckpointErrors > bd.CheckpointErrors {
+		parts = append(parts, "the last checkpoint failed")
+	} else {
+		parts = append(parts, "no checkpoint needed")
+	}
+	return strings.Join(parts, "; ")
 }

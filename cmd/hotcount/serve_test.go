@@ -133,7 +133,7 @@ func TestServeInProcess(t *testing.T) {
 	if code, m := request(t, "POST", base+"/v1/counters/a/incr", `{"by":2}`, "Authorization", "Bearer t0k"); code != 200 || m["accepted"] != true {
 		t.Fatalf("incr: %d %v", code, m)
 	}
-	if code, m := request(t, "GET", base+"/v1/counters/a", ""); code != 200 || m["value"] != float64(2) {
+	if code, m := request(t, "GET", base+"/v1/counters/a", "", "Authorization", "Bearer t0k"); code != 200 || m["value"] != float64(2) {
 		t.Fatalf("get: %d %v", code, m)
 	}
 	if code, _ := request(t, "GET", base+"/readyz", ""); code != 200 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
@@ -11,30 +12,30 @@ import (
 )
 
 func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("shards", stderr)
+	fs := newFlagSet("shards", stdout, stderr)
 	var b backendFlags
-	b.register(fs)
+	b.register(fs, true)
 	key := fs.String("key", "", "counter key (required)")
 	asJSON := fs.Bool("json", false, `print the report as JSON, with the HTTP API's field names: {"key","n","read_n","epoch","value","distinct_nodes","collisions","shards":[{"label","key","slot","node","value"}]}`)
 	rebalance := fs.Bool("rebalance", false, "first move colliding sub-counters back onto distinct primaries (with --redis)")
 	if code, done := fs.parse(args); done {
 		return code
 	}
-	if *rebalance && b.server != "" {
-		return usagef(stderr, "shards: --rebalance works on a backend (--redis), not through --server")
-	}
-	if code, ok := b.checkN(stderr); !ok {
+	if code, ok := b.checkN(); !ok {
 		return code
 	}
 	if *key == "" {
-		return usagef(stderr, "shards: --key is required")
+		return fs.usagef("--key is required")
 	}
 	if err := hotcount.ValidateKey(*key); err != nil {
-		return usagef(stderr, "shards: %v", err)
+		return fs.usagef("%v", err)
 	}
-	rem, code, ok := b.remote(stderr)
+	rem, rc, code, ok := b.connect()
 	if !ok {
 		return code
+	}
+	if *rebalance && rem != nil {
+		return fs.usagef("--rebalance works on a backend (--redis), not through --server")
 	}
 	var out hotcount.ShardReport
 	if rem != nil {
@@ -42,22 +43,22 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return remoteFailure(stderr, "shards", err)
 		}
 	} else {
-		c, err := b.open(ctx)
+		c, err := b.open(ctx, rc)
 		if err != nil {
-			return openFailure(stderr, err)
+			return openFailure(stderr, "shards", err)
 		}
 		defer c.Close(context.Background())
 		if *rebalance {
 			changed, err := c.Rebalance(ctx, *key)
 			if err != nil {
-				return failf(stderr, "shards: rebalance: %v", err)
+				return fs.failf("rebalance: %v", err)
 			}
 			if changed && !*asJSON {
 				fmt.Fprintln(stdout, "rebalanced: colliding sub-counters folded onto distinct primaries")
 			}
 		}
 		if out, err = c.Shards(ctx, *key); err != nil {
-			return failf(stderr, "shards: %v", err)
+			return fs.failf("%v", err)
 		}
 	}
 	if out.Shards == nil {
@@ -72,14 +73,27 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, s := range out.Shards {
 		fmt.Fprintf(stdout, "%-6s %-6d %-22s %12d  %s\n", s.Label, s.Slot, s.Node, s.Value, s.Key)
 	}
+	if out.Collisions > 0 {
+		fmt.Fprintf(stdout, "%d sub-counters share a primary with another: move them back onto distinct primaries with\n  hotcount shards --redis SEEDS --key %s --rebalance\n",
+			out.Collisions, shellQuote(*key))
+	}
 	return exitOK
 }
 
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_-./@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("resize", stderr)
-	server := fs.String("server", "", "URL of a running `hotcount serve` (instead of --redis)")
-	token := fs.String("token", "", "bearer token for --server")
-	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store of this process)")
+	fs := newFlagSet("resize", stdout, stderr)
+	var b backendFlags
+	b.register(fs, false)
 	key := fs.String("key", "", "counter key (required)")
 	n := fs.Int("n", 0, "new number of sub-counters (required, 1..1024)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -88,38 +102,35 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	switch {
 	case *key == "":
-		return usagef(stderr, "resize: --key is required")
+		return fs.usagef("--key is required")
 	case *n < 1 || *n > keyspace.MaxN:
-		return usagef(stderr, "resize: --n must be 1..%d, got %d", keyspace.MaxN, *n)
+		return fs.usagef("--n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
 	if err := hotcount.ValidateKey(*key); err != nil {
-		return usagef(stderr, "resize: %v", err)
+		return fs.usagef("%v", err)
 	}
-	if *server != "" {
-		if *redis != "" {
-			return usagef(stderr, "resize: give --server or --redis, not both")
-		}
-		rem, err := newRemote(*server, *token)
-		if err != nil {
-			return usagef(stderr, "resize: %v", err)
-		}
+	rem, rc, code, ok := b.connect()
+	if !ok {
+		return code
+	}
+	if rem != nil {
 		var rep hotcount.ShardReport
 		if err := rem.do(ctx, "PUT", counterPath(*key, "/shards"), map[string]int{"n": *n}, &rep); err != nil {
 			return remoteFailure(stderr, "resize", err)
 		}
 		return printResized(stdout, stderr, rep, *asJSON)
 	}
-	c, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: splitAddrs(*redis)}, Reads: hotcount.ReadConfig{NoCache: true}})
+	c, err := hotcount.New(ctx, hotcount.Config{Redis: rc, Reads: hotcount.ReadConfig{NoCache: true}})
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "resize", err)
 	}
 	defer c.Close(context.Background())
 	if err := c.Resize(ctx, *key, *n); err != nil {
-		return failf(stderr, "resize: %v", err)
+		return fs.failf("%v", err)
 	}
 	rep, err := c.Shards(ctx, *key)
 	if err != nil {
-		return failf(stderr, "resize: %v", err)
+		return fs.failf("%v", err)
 	}
 	return printResized(stdout, stderr, rep, *asJSON)
 }

@@ -15,7 +15,7 @@ import (
 // a table, JSON (--json) or CSV (--csv), and with --svg FILE also writes a
 // bar chart of peak utilisation per strategy.
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("simulate", stderr)
+	fs := newFlagSet("simulate", stdout, stderr)
 	var c simulate.Config
 	var asJSON, asCSV bool
 	var svgPath string
@@ -55,7 +55,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	res, err := simulate.Run(ctx, c)
 	switch {
 	case errors.Is(err, simulate.ErrInvalidConfig):
-		return usagef(stderr, "%v", err)
+		return usagef(stderr, "%v", err) // the error names the command
 	case err != nil:
 		return failf(stderr, "simulate: %v", err)
 	}

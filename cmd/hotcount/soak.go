@@ -61,11 +61,19 @@ type soakVerdict struct {
 	LastError           string `json:"last_error,omitempty"`
 	Resize              string `json:"resize"` // "on", or why it is off
 	CheckExact          bool   `json:"check_exact"`
+	// Removed is how many counters the run cleared at its end (none with
+	// --keep, when Kept is set).
+	Removed int  `json:"removed_keys"`
+	Kept    bool `json:"kept"`
+	// ResizeConflicts counts resizes answered ErrConflict (a clear or
+	// another resize of the counter at the same moment).
+	ResizeConflicts int64 `json:"resize_conflicts"`
 }
 
 // soakCounts are the operation counters of a soak run.
 type soakCounts struct {
 	incrs, gets, clears, resizes, errs atomic.Int64
+	conflicts                          atomic.Int64 // resizes that met a clear or another resize
 	lastErr                            atomic.Value // string
 }
 
@@ -78,12 +86,13 @@ func (s *soakCounts) fail(err error) {
 // clears, resizes) for --duration and prints memory and goroutine counts
 // every --interval, then a verdict comparing the first and last sample.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("soak", stderr)
+	fs := newFlagSet("soak", stdout, stderr)
 	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store)")
 	duration := fs.Duration("duration", 10*time.Minute, "how long to run")
 	keys := fs.Int("keys", 1000, "number of distinct counters")
 	interval := fs.Duration("interval", 10*time.Second, "time between samples")
 	asJSON := fs.Bool("json", false, "print JSON lines")
+	keep := fs.Bool("keep", false, "keep the counters the run wrote (default: clear them at the end)")
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -103,7 +112,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Namespaces: []hotcount.Namespace{{Prefix: prefix + "b:", Buffered: true}},
 	})
 	if err != nil {
-		return openFailure(stderr, err)
+		return openFailure(stderr, "soak", err)
 	}
 	var counts soakCounts
 	names := make([]string, *keys)
@@ -167,8 +176,28 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	end.Stop()
 	stopWork()
 	wg.Wait()
-	if code != exitOK {
+	// removeKeys clears every counter the run wrote, unless --keep.
+	removeKeys := func() (int, error) {
+		if *keep {
+			return 0, nil
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for i, k := range append(names, checkKey) {
+			if err := c.Clear(cctx, k); err != nil {
+				return i, err
+			}
+		}
+		return len(names) + 1, nil
+	}
+	if code != exitOK || ctx.Err() != nil {
+		if n, err := removeKeys(); err != nil {
+			fmt.Fprintf(stderr, "hotcount: soak: removed %d of %d counters: %v\n", n, len(names)+1, err)
+		}
 		_ = c.Close(context.Background())
+		if code == exitOK {
+			code = exitFailure
+		}
 		return code
 	}
 
@@ -183,6 +212,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			exact = r.Value == checkSent.Load()
 		}
 	}
+	removed, rmErr := removeKeys()
 	if err := c.Close(closeCtx); err != nil {
 		return failf(stderr, "soak: close: %v", err)
 	}
@@ -190,7 +220,11 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	v := soakJudge(first, last, time.Since(start), &counts)
 	v.Resize, v.CheckExact = resize, exact
 	v.GoroutineBefore, v.GoroutineAfterClose = before, afterClose
+	v.Removed, v.Kept = removed, *keep
+	v.ResizeConflicts = counts.conflicts.Load()
 	switch {
+	case rmErr != nil:
+		v.Verdict, v.Reason = "fail", fmt.Sprintf("removing the counters: %v (%d removed)", rmErr, removed)
 	case first.Elapsed == "":
 		v.Verdict, v.Reason = "fail", "interrupted before the first sample"
 	case afterClose > before+soakGoroutineSlack:
@@ -208,6 +242,11 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			v.GoroutineStart, v.GoroutineEnd, v.Duration, v.GoroutineBefore, v.GoroutineAfterClose, v.Incrs, v.Gets, v.Clears, v.Resizes, v.Resize, v.Errors, v.CheckExact)
 		if v.LastError != "" {
 			fmt.Fprintf(stdout, "  last error: %s\n", v.LastError)
+		}
+		if v.Kept {
+			fmt.Fprintf(stdout, "  kept the counters under %s\n", prefix)
+		} else {
+			fmt.Fprintf(stdout, "  removed the %d counters it wrote\n", v.Removed)
 		}
 	}
 	if v.Verdict != "stable" {
@@ -269,9 +308,12 @@ func soakResizer(ctx context.Context, c *hotcount.Client, names []string, counts
 	for ctx.Err() == nil {
 		k := names[rng.IntN(len(names))]
 		if err := c.Resize(ctx, k, sizes[rng.IntN(len(sizes))]); err != nil {
-			// A resize that met another (the controller folds cooled
-			// counters back) is refused as a conflict, not a failure.
-			if ctx.Err() == nil && !errors.Is(err, hotcount.ErrConflict) {
+			switch {
+			case errors.Is(err, hotcount.ErrConflict):
+				// A clear or another resize of the counter at the same
+				// moment: answered as such, and tried again later.
+				counts.conflicts.Add(1)
+			case ctx.Err() == nil:
 				counts.fail(err)
 			}
 			continue

@@ -82,11 +82,39 @@ func TestSoakRedisStandalone(t *testing.T) {
 		t.Fatalf("exit %d; stderr %q; stdout:\n%s", code, errb.String(), out.String())
 	}
 	text := out.String()
-	for _, want := range []string{"heap_inuse", "goroutines", "verdict: stable", "check counter exact: true", "errors 0"} {
+	for _, want := range []string{"heap_inuse", "goroutines", "verdict: stable", "check counter exact: true", "errors 0", "removed the 51 counters"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
+	if left := soakValueKeys(ctx, t, n.Addr); len(left) > 0 {
+		t.Errorf("soak left %d sub-counters behind, e.g. %s", len(left), left[0])
+	}
+	// --keep leaves them.
+	out.Reset()
+	if code := run(ctx, []string{"soak", "--redis", n.Addr, "--duration", "1s", "--interval", "500ms", "--keys", "10", "--keep"}, &out, &errb); code != exitOK {
+		t.Fatalf("--keep: exit %d; stderr %q; stdout:\n%s", code, errb.String(), out.String())
+	}
+	if left := soakValueKeys(ctx, t, n.Addr); len(left) == 0 || !strings.Contains(out.String(), "kept the counters under soak:") {
+		t.Errorf("--keep: %d sub-counters left; output:\n%s", len(left), out.String())
+	}
+}
+
+// soakValueKeys lists the sub-counters (not metadata, not flush tokens) of
+// soak counters on a Redis node.
+func soakValueKeys(ctx context.Context, t *testing.T, addr string) []string {
+	t.Helper()
+	all, err := testenv.Do(ctx, addr, "KEYS", "{soak:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, k := range strings.Fields(all) {
+		if !strings.Contains(k, ":tok:") && !strings.HasSuffix(k, "#meta}") {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func TestSoakJudge(t *testing.T) {

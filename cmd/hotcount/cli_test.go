@@ -1,0 +1,140 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+func TestVersionLine(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123abc"}, {Key: "vcs.time", Value: "2026-12-02T19:50:35Z"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, tc := range []struct {
+		bi       *debug.BuildInfo
+		override string
+		want     string
+	}{
+		{bi, "", "hotcount v1.2.3 (revision 0123abc (modified), 2026-12-02T19:50:35Z, go1.26.8)"},
+		{bi, "v9", "hotcount v9 (revision 0123abc (modified), 2026-12-02T19:50:35Z, go1.26.8)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, "", "hotcount (devel) (revision unknown: not built from a git checkout, go1.26.8)"},
+		{nil, "", "hotcount (unknown) (no build information)"},
+	} {
+		if got := versionLine(tc.bi, tc.override); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestVersionFromGitCheckout builds the command in a git checkout of this
+// repository (a clone sharing its objects, so that the build does not
+// depend on how this working copy was made) and expects --version, -v and
+// version to print the checkout's revision.
+func TestVersionFromGitCheckout(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git not found: install it with `apt-get install -y git`")
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("not in a git checkout: %v", err)
+	}
+	clone := filepath.Join(t.TempDir(), "src")
+	if out, err := exec.Command("git", "clone", "--quiet", "--shared", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := strings.TrimSpace(string(head))
+	bin := filepath.Join(t.TempDir(), "hotcount")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/hotcount")
+	build.Dir = clone
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, arg := range []string{"--version", "-v", "version"} {
+		out, err := exec.Command(bin, arg).Output()
+		if err != nil || !strings.Contains(string(out), "revision "+rev) || strings.Contains(string(out), "(modified)") {
+			t.Errorf("hotcount %s: %v %q, want the revision %s", arg, err, out, rev)
+		}
+	}
+}
+
+// TestCLIConventions: for every command, --help prints usage, flags and
+// examples on stdout (exit 0), and a bad flag or a usage error prints one
+// line on stderr that starts with "hotcount: <command>: " (exit 2).
+func TestCLIConventions(t *testing.T) {
+	t.Setenv(envServer, "")
+	t.Setenv(envClientToken, "")
+	for _, name := range append(sortedCommands(), "cluster up", "cluster down", "cluster status") {
+		args := strings.Fields(name)
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := runCLI(append(args, "--help")...)
+			if name != "version" && (code != exitOK || errOut != "" || !strings.Contains(out, "Usage:") || !strings.Contains(out, "Examples:")) {
+				t.Errorf("--help: exit %d, stdout %q, stderr %q", code, out, errOut)
+			}
+			if name == "cluster" {
+				return // a group: its subcommands are checked below
+			}
+			code, out, errOut = runCLI(append(args, "--no-such-flag")...)
+			prefix := "hotcount: " + name + ": "
+			if code != exitUsage || out != "" || !strings.HasPrefix(errOut, prefix) || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("bad flag: exit %d, stdout %q, stderr %q; want one line starting %q", code, out, errOut, prefix)
+			}
+		})
+	}
+	// Usage errors name their command the same way.
+	for _, args := range [][]string{
+		{"incr"}, {"incr", "--key", "a", "--by", "0"}, {"get", "--key", "{x}"}, {"shards"}, {"resize", "--key", "a"},
+		{"serve", "--mode", "slow"}, {"plan"}, {"simulate", "--nodes", "0"}, {"soak", "--duration", "0s"},
+		{"rebuild"}, {"get", "--key", "a", "--token", "x", "--token-file", "y", "--server", "http://127.0.0.1:1"},
+		{"get", "--key", "a", "--redis-tls"}, {"version", "extra"},
+	} {
+		code, _, errOut := runCLI(args...)
+		prefix := "hotcount: " + args[0] + ": "
+		if code != exitUsage || !strings.HasPrefix(errOut, prefix) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one line starting %q", args, code, errOut, prefix)
+		}
+	}
+	if code, out, _ := runCLI("help"); code != exitOK || !strings.Contains(out, "Examples:") || !strings.Contains(out, "HOTCOUNT_CLIENT_TOKEN") {
+		t.Errorf("help: exit %d, stdout %q", code, out)
+	}
+}
+
+func sortedCommands() []string {
+	var out []string
+	for n := range commands {
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestShardsSuggestsRebalance: a report with collisions says how to move
+// them back (the report comes from a stand-in server: collisions need a
+// slot migration on a real cluster).
+func TestShardsSuggestsRebalance(t *testing.T) {
+	report := `{"key":"likes:post:1","n":4,"read_n":4,"epoch":2,"value":9,"distinct_nodes":2,"collisions":2,
+		"shards":[{"label":"0","key":"{likes:post:1#0}","slot":1,"node":"a:1","value":9}]}`
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, report)
+	}))
+	defer ts.Close()
+	t.Setenv(envClientToken, "")
+	code, out, errOut := runCLI("shards", "--server", ts.URL, "--key", "likes:post:1")
+	if code != exitOK || !strings.Contains(out, "collisions=2") || !strings.Contains(out, "--key likes:post:1 --rebalance") {
+		t.Fatalf("shards: exit %d, %q %s", code, out, errOut)
+	}
+	report = strings.Replace(report, `"collisions":2`, `"collisions":0`, 1)
+	if _, out, _ := runCLI("shards", "--server", ts.URL, "--key", "likes:post:1"); strings.Contains(out, "rebalance") {
+		t.Fatalf("a report without collisions suggests a rebalance: %q", out)
+	}
+	if _, out, _ := runCLI("shards", "--server", ts.URL, "--key", "it's", "--json"); strings.Contains(out, "rebalance") {
+		t.Fatalf("--json output carries the hint: %q", out)
+	}
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// inProcessServe runs `serve` in this process and returns its base URL and
+// a stop function that cancels it (as SIGTERM does) and returns its exit
+// status and stderr.
+func inProcessServe(t *testing.T, args ...string) (string, func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runServe(ctx, append([]string{"--listen", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "data")}, args...), pw, stderr)
+		pw.Close()
+	}()
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 256)
+		n, _ := pr.Read(b)
+		line <- strings.TrimSpace(string(b[:n]))
+		io.Copy(io.Discard, pr)
+	}()
+	var addr string
+	select {
+	case l := <-line:
+		addr = strings.TrimPrefix(l, "listening on ")
+	case code := <-done:
+		cancel()
+		t.Fatalf("serve %q exited %d before listening: %s", args, code, stderr.String())
+	}
+	if !strings.HasPrefix(addr, "http") {
+		cancel()
+		t.Fatalf("serve printed %q", addr)
+	}
+	var stopped bool
+	var code int
+	stop := func() (int, string) {
+		if !stopped {
+			cancel()
+			code, stopped = <-done, true
+		}
+		return code, stderr.String()
+	}
+	t.Cleanup(func() { stop() })
+	return addr, stop
+}
+
+// serveFails runs `serve` and expects it to exit with a failure before it
+// listens; it returns the exit status and stderr.
+func serveFails(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	code := runServe(ctx, append([]string{"--listen", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "data")}, args...), &out, &errb)
+	if strings.Contains(out.String(), "listening") {
+		t.Fatalf("serve %q listened: %s", args, errb.String())
+	}
+	return code, errb.String()
+}
+
+// counterRoundTrip increments a counter through the API and reads it back.
+func counterRoundTrip(t *testing.T, hc *http.Client, base, key string) {
+	t.Helper()
+	resp, err := hc.Post(base+"/v1/counters/"+key+"/incr", "application/json", strings.NewReader(`{"by":7}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("incr: %d", resp.StatusCode)
+	}
+	resp, err = hc.Get(base + "/v1/counters/" + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"value":7`) {
+		t.Fatalf("get: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestServeRedisAuthAndTLS runs serve against a real redis-server that
+// asks for a password, has an ACL user and serves TLS with a CA made for
+// the test: each way in works and stores the counter in that Redis; a
+// missing or wrong password, and TLS without the CA, fail at start with a
+// message.
+func TestServeRedisAuthAndTLS(t *testing.T) {
+	clearServeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := testenv.StartSecureNode(ctx, testenv.SecureOptions{Password: "node-pass", User: "hc", UserPassword: "user-pass", TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	dir := t.TempDir()
+	passFile := filepath.Join(dir, "redis-pass")
+	os.WriteFile(passFile, []byte("node-pass\n"), 0o600)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		key  string
+	}{
+		{"requirepass from a file", []string{"--redis", n.Addr, "--redis-password-file", passFile}, nil, "auth:file"},
+		{"ACL user, password from the environment", []string{"--redis", n.Addr, "--redis-username", "hc"}, map[string]string{"HOTCOUNT_REDIS_PASSWORD": "user-pass"}, "auth:acl"},
+		{"TLS with the test CA", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-password-file", passFile}, nil, "tls:ca"},
+		{"TLS with a client certificate", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-tls-cert", n.Files.ClientCert,
+			"--redis-tls-key", n.Files.ClientKey, "--redis-username", "hc", "--redis-password", "user-pass"}, nil, "tls:mtls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			base, stop := inProcessServe(t, tc.args...)
+			counterRoundTrip(t, http.DefaultClient, base, tc.key)
+			if code, stderr := stop(); code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			keys, err := n.Do(ctx, "KEYS", "{"+tc.key+"#*")
+			if err != nil || keys == "" {
+				t.Fatalf("the counter is not in the Redis: %q %v", keys, err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no password", []string{"--redis", n.Addr}, "NOAUTH"},
+		{"wrong password", []string{"--redis", n.Addr, "--redis-password", "nope"}, "WRONGPASS"},
+		{"TLS without the CA", []string{"--redis", n.TLSAddr, "--redis-tls", "--redis-password-file", passFile}, "certificate"},
+		{"plain text to the TLS port", []string{"--redis", n.TLSAddr, "--redis-password-file", passFile}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stderr := serveFails(t, tc.args...)
+			if code != exitFailure || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 mentioning %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestServeHTTPS serves the API over TLS from a certificate and key: a
+// client that trusts the CA gets its answers, and plain HTTP is refused.
+func TestServeHTTPS(t *testing.T) {
+	clearServeEnv(t)
+	f, err := testenv.WriteTLSFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, stop := inProcessServe(t, "--tls-cert", f.ServerCert, "--tls-key", f.ServerKey)
+	if !strings.HasPrefix(base, "https://127.0.0.1:") {
+		t.Fatalf("listening on %q", base)
+	}
+	pem, _ := os.ReadFile(f.CA)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	counterRoundTrip(t, hc, base, "https:1")
+	resp, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Fatalf("plain HTTP to the HTTPS port: %d", resp.StatusCode)
+		}
+	}
+	if code, stderr := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if code, stderr := serveFails(t, "--tls-cert", f.ServerCert); code != exitUsage || !strings.Contains(stderr, "tls_key") {
+		t.Fatalf("cert without key: exit %d %q", code, stderr)
+	}
+}
+
+// TestServePostgresTLS: with sslmode=require in the URL the durable store's
+// connections to the real PostgreSQL are encrypted (pg_stat_ssl says so);
+// with sslmode=verify-full and a CA that did not sign the server's
+// certificate, serve refuses to start.
+func TestServePostgresTLS(t *testing.T) {
+	clearServeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ssl string
+	if err := conn.QueryRow(ctx, "SHOW ssl").Scan(&ssl); err != nil {
+		t.Fatal(err)
+	}
+	if ssl != "on" {
+		t.Skip("the test PostgreSQL serves no TLS (ssl = off)")
+	}
+	schema := testenv.PostgresSchema(t)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	app := "hotcount-tls-" + schema
+	u, err := url.Parse(testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "require")
+	q.Set("application_name", app)
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	base, stop := inProcessServe(t, "--postgres", u.String(), "--mode", "durable", "--data", "")
+	counterRoundTrip(t, http.DefaultClient, base, "pg:tls")
+	var n, encrypted int
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1`, app).Scan(&n, &encrypted)
+	if err != nil || n == 0 || encrypted != n {
+		t.Fatalf("%d connections of serve, %d encrypted (%v)", n, encrypted, err)
+	}
+	t.Logf("%d connections of serve, all encrypted", n)
+	if code, stderr := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+
+	f, err := testenv.WriteTLSFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Set("sslmode", "verify-full")
+	q.Set("sslrootcert", f.CA)
+	u.RawQuery = q.Encode()
+	code, stderr := serveFails(t, "--postgres", u.String(), "--data", "")
+	if code != exitFailure || !strings.Contains(stderr, "certificate") {
+		t.Fatalf("verify-full with a foreign CA: exit %d, %q", code, stderr)
+	}
+}
