@@ -3,6 +3,8 @@ package hotcount
 import (
 	"errors"
 
+	"github.com/hotcount/hotcount/durable"
+
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/internal/durability"
 	"github.com/hotcount/hotcount/internal/engine"
@@ -42,6 +44,9 @@ var (
 	// ErrNoExpiry: the store keeps no deadlines (a Store given in the
 	// Config without them).
 	ErrNoExpiry = engine.ErrNoExpiry
+	// ErrIDConflict: an idempotency id was re-sent on the same counter
+	// with another delta; nothing was counted.
+	ErrIDConflict = durable.ErrIDConflict
 	// ErrConflict: another resize of the same counter is under way; retry
 	// when it is done.
 	ErrConflict = engine.ErrConflict

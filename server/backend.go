@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/hotcount/hotcount"
 )
@@ -20,6 +21,9 @@ type Backend interface {
 	Namespace(key string) (hotcount.Namespace, bool)
 	Shards(ctx context.Context, key string) (hotcount.ShardReport, error)
 	Resize(ctx context.Context, key string, n int) error
+	Expire(ctx context.Context, key string, at time.Time) (bool, error)
+	Persist(ctx context.Context, key string) (bool, error)
+	Deadline(ctx context.Context, key string) (time.Time, bool, error)
 	HotKeys(ctx context.Context, n int) []hotcount.HotKey
 	Decisions() []hotcount.Decision
 	Nodes(ctx context.Context) []hotcount.NodeWrites

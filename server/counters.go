@@ -190,6 +190,77 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// ttlResponse is the answer of the ttl routes.
+type ttlResponse struct {
+	Key    string `json:"key"`
+	Exists bool   `json:"exists"`
+	// TTLMS is the time left in ms; null without a deadline.
+	TTLMS *int64 `json:"ttl_ms"`
+	// Deadline is when the counter expires; null without one.
+	Deadline *time.Time `json:"deadline"`
+}
+
+// handleGetTTL answers a counter's deadline.
+func (s *Server) handleGetTTL(w http.ResponseWriter, r *http.Request) error {
+	key, err := pathKey(r)
+	if err != nil {
+		return err
+	}
+	at, exists, err := s.c.Deadline(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	resp := ttlResponse{Key: key, Exists: exists}
+	if exists && !at.IsZero() {
+		left := max(time.Until(at), 0).Milliseconds()
+		at = at.UTC()
+		resp.TTLMS, resp.Deadline = &left, &at
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleSetTTL gives a counter a deadline ttl_ms from now (not positive:
+// the counter goes now), as Redis PEXPIRE does; exists says whether there
+// was a counter to expire.
+func (s *Server) handleSetTTL(w http.ResponseWriter, r *http.Request) error {
+	key, err := pathKey(r)
+	if err != nil {
+		return err
+	}
+	var ms *int64
+	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("ttl_ms", &ms)); err != nil {
+		return err
+	}
+	const maxMS = 100 * 365 * 24 * 3600 * 1000 // a century
+	switch {
+	case ms == nil:
+		return badRequest("ttl_ms is required")
+	case *ms > maxMS:
+		return badRequest("ttl_ms must be at most %d (a century), got %d", int64(maxMS), *ms)
+	}
+	existed, err := s.c.Expire(r.Context(), key, time.Now().Add(time.Duration(max(*ms, -1))*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "exists": existed})
+	return nil
+}
+
+// handleDeleteTTL removes a counter's deadline, as Redis PERSIST does.
+func (s *Server) handleDeleteTTL(w http.ResponseWriter, r *http.Request) error {
+	key, err := pathKey(r)
+	if err != nil {
+		return err
+	}
+	had, err := s.c.Persist(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "persisted": had})
+	return nil
+}
+
 // handleNodes reports the cache writes per node.
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": s.c.Nodes(r.Context())})

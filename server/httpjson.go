@@ -57,6 +57,7 @@ const (
 	classNotFound       = "not_found"       // 404
 	classMethod         = "method"          // 405
 	classConflict       = "conflict"        // 409: a concurrent resize
+	classIDConflict     = "id_conflict"     // 409: an idempotency id re-sent with another delta
 	classOverflow       = "overflow"        // 409: the increment would pass the bound
 	classTooLarge       = "too_large"       // 413
 	classNotImplemented = "not_implemented" // 501: the backend cannot do this as configured
@@ -72,7 +73,7 @@ const (
 // errorClasses lists every class, so that each series exists from the
 // start.
 var errorClasses = []string{classBadRequest, classNotDurable, classUnauthorized, classForbidden, classNotFound,
-	classMethod, classConflict, classOverflow, classTooLarge, classNotImplemented, classUnavailable,
+	classMethod, classConflict, classIDConflict, classOverflow, classTooLarge, classNotImplemented, classUnavailable,
 	classBackpressure, classShuttingDown, classCancelled, classInternal, classPanic, classRedirect}
 
 // statusClass is the class of an answer by its status alone.
@@ -118,7 +119,9 @@ func classify(err error) (int, string, string) {
 		return http.StatusConflict, classOverflow, err.Error()
 	case errors.Is(err, hotcount.ErrConflict):
 		return http.StatusConflict, classConflict, err.Error()
-	case errors.Is(err, hotcount.ErrNoMetadata), errors.Is(err, hotcount.ErrConfig):
+	case errors.Is(err, hotcount.ErrIDConflict):
+		return http.StatusConflict, classIDConflict, err.Error()
+	case errors.Is(err, hotcount.ErrNoMetadata), errors.Is(err, hotcount.ErrConfig), errors.Is(err, hotcount.ErrNoExpiry):
 		// The backend cannot do this as configured (no metadata store, no
 		// durable store for durable mode).
 		return http.StatusNotImplemented, classNotImplemented, err.Error()

@@ -209,6 +209,9 @@ func (s *Server) table() []route {
 		{pattern: "POST /v1/counters:get", h: s.handleGetMulti, scope: ScopeRead, api: true}, // keys checked in the handler
 		{pattern: "GET /v1/counters/{key}/shards", h: s.handleShards, scope: ScopeAdmin, keyed: true, api: true},
 		{pattern: "PUT /v1/counters/{key}/shards", h: s.handleResize, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "GET /v1/counters/{key}/ttl", h: s.handleGetTTL, scope: ScopeRead, keyed: true, api: true},
+		{pattern: "PUT /v1/counters/{key}/ttl", h: s.handleSetTTL, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "DELETE /v1/counters/{key}/ttl", h: s.handleDeleteTTL, scope: ScopeAdmin, keyed: true, api: true},
 		{pattern: "GET /v1/nodes", h: s.handleNodes, scope: ScopeAdmin, global: true, api: true},
 		{pattern: "GET /v1/hotkeys", h: s.handleHotKeys, scope: ScopeAdmin, api: true, params: []string{"n"}}, // filtered to the token's prefixes
 		{pattern: "GET /v1/stats", h: s.handleStats, scope: ScopeAdmin, global: true, api: true},

@@ -347,3 +347,41 @@ func TestNewConfig(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+// TestTTLRoutes: a counter's deadline through the API, as Redis PEXPIRE,
+// PTTL and PERSIST answer.
+func TestTTLRoutes(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	if r := call(t, s, "GET", "/v1/counters/cold:k/ttl", ""); r.status != 200 || r.body["exists"] != false || r.body["ttl_ms"] != nil {
+		t.Fatalf("ttl of a missing counter: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "PUT", "/v1/counters/cold:k/ttl", `{"ttl_ms":60000}`); r.status != 200 || r.body["exists"] != false {
+		t.Fatalf("expire of a missing counter: %d %s", r.status, r.raw)
+	}
+	call(t, s, "POST", "/v1/counters/cold:k/incr", `{"by":3}`)
+	if r := call(t, s, "PUT", "/v1/counters/cold:k/ttl", `{"ttl_ms":60000}`); r.status != 200 || r.body["exists"] != true {
+		t.Fatalf("expire: %d %s", r.status, r.raw)
+	}
+	r := call(t, s, "GET", "/v1/counters/cold:k/ttl", "")
+	ms, _ := r.body["ttl_ms"].(json.Number).Int64()
+	if r.status != 200 || r.body["exists"] != true || ms <= 0 || ms > 60000 || r.body["deadline"] == nil {
+		t.Fatalf("ttl: %d %s", r.status, r.raw)
+	}
+	for _, body := range []string{`{}`, `{"ttl_ms":"5"}`, `{"ttl_ms":null}`, `{"TTL_MS":5}`, `{"ttl_ms":99999999999999999}`} {
+		if r := call(t, s, "PUT", "/v1/counters/cold:k/ttl", body); r.status != 400 {
+			t.Errorf("PUT ttl %s: %d %s", body, r.status, r.raw)
+		}
+	}
+	if r := call(t, s, "DELETE", "/v1/counters/cold:k/ttl", ""); r.status != 200 || r.body["persisted"] != true {
+		t.Fatalf("persist: %d %s", r.status, r.raw)
+	}
+	if r := call(t, s, "GET", "/v1/counters/cold:k/ttl", ""); r.body["ttl_ms"] != nil || r.body["exists"] != true {
+		t.Fatalf("after persist: %s", r.raw)
+	}
+	if r := call(t, s, "PUT", "/v1/counters/cold:k/ttl", `{"ttl_ms":0}`); r.status != 200 || r.body["exists"] != true {
+		t.Fatalf("expire now: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, "cold:k"); v != 0 {
+		t.Fatalf("value after expiring now: %d", v)
+	}
+}
