@@ -130,5 +130,7 @@ func (c *Client) Stats() Stats {
 		s.Durability = c.dur.Stats()
 	}
 	s.Rebalance = c.scale.Rebalances()
+	s.Decisions = c.scale.DecisionCounts()
+	s.Counters = c.eng.Counts()
 	return s
 }

@@ -79,6 +79,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		Store: c.st, Namespaces: s.table, MetaTTL: s.Meta.TTL, NaiveLabels: s.Meta.NaiveLabels,
 		Durable: durability.MetaMirror(s.Durability.Store), NoReadCache: s.Reads.NoCache, MaxBufferedKeys: s.Buffer.MaxKeys,
 		MaxPendingKeys: s.Buffer.MaxPendingKeys, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
+		Observe: s.Observe,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrConfig, err))
@@ -97,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.dur, err = durability.New(durability.Config{
 			Backend: s.Durability.Store, Engine: c.eng, CheckpointInterval: s.Durability.CheckpointInterval,
 			RollupAge: s.Durability.RollupAge, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
-			OnRestore: s.Durability.OnRestore,
+			OnRestore: s.Durability.OnRestore, Observe: s.Observe,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrConfig, err))

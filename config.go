@@ -88,6 +88,11 @@ type Config struct {
 	// Rand returns uniformly random 64-bit values, safe for concurrent
 	// use; nil means math/rand/v2.
 	Rand func() uint64
+	// Observe, when set, is told how long each background operation took:
+	// "flush" (a buffered flush round), "commit" (a durable group commit),
+	// "checkpoint" (a checkpoint round), "rollup". It feeds latency
+	// histograms and must be cheap.
+	Observe func(op string, d time.Duration)
 }
 
 // RedisConfig says where Redis is and how to log in.

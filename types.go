@@ -61,4 +61,10 @@ type Stats struct {
 	// Rebalance counts the checks, moves and failures of automatic
 	// re-placement.
 	Rebalance autoscale.RebalanceStats
+	// Decisions counts the controller's grows, shrinks and failed
+	// resizes (cold counters turning hot and back; automatic N).
+	Decisions autoscale.DecisionStats
+	// Counters counts the counters this process used lately by state,
+	// and the ones it removed past their deadline.
+	Counters engine.Counts
 }

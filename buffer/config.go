@@ -65,6 +65,10 @@ type Config struct {
 	// wait starts at Interval and doubles per failure. Default
 	// DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// OnFlushed, when set, is told how long each flush round that sent
+	// ops took and how many it sent (for a latency histogram). It must be
+	// cheap.
+	OnFlushed func(d time.Duration, ops int)
 	// ExpireAt, when set, returns the deadline the sub-counter label of a
 	// counter key takes when a flush creates it (zero: none).
 	ExpireAt func(key, label string) time.Time

@@ -227,6 +227,9 @@ func (b *Buffer) send(ctx context.Context, force bool) error {
 		chunk := ready[start:min(start+b.cfg.BatchSize, len(ready))]
 		done = b.sendChunk(ctx, chunk, done, fail)
 	}
+	if b.cfg.OnFlushed != nil && len(ready) > 0 {
+		b.cfg.OnFlushed(b.cfg.Clock.Now().Sub(now), len(ready))
+	}
 	if len(done) > 0 {
 		b.opsMu.Lock()
 		for _, o := range done {

@@ -45,6 +45,9 @@ type CommitterConfig struct {
 	MaxInFlight int
 	// Clock is the time source (default the system clock).
 	Clock clock.Clock
+	// OnBatch, when set, is told how long each batch's commit took and how
+	// many events it held (for a latency histogram). It must be cheap.
+	OnBatch func(d time.Duration, events int)
 }
 
 // Concurrent is implemented by an Appender that gains from overlapping
@@ -312,8 +315,12 @@ func (c *Committer) updateTarget(now time.Time) {
 func (c *Committer) commit(b *batch) {
 	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CommitTimeout)
+	start := c.cfg.Clock.Now()
 	res, err := c.log.AppendEvents(ctx, b.events)
 	cancel()
+	if c.cfg.OnBatch != nil {
+		c.cfg.OnBatch(c.cfg.Clock.Now().Sub(start), len(b.events))
+	}
 	if err == nil && len(res) != len(b.events) {
 		err = fmt.Errorf("%w: durable append returned %d results for %d events",
 			ErrBackend, len(res), len(b.events))

@@ -533,3 +533,22 @@ func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
 	}
 	return false, fmt.Errorf("%w: dropping the record of %q", ErrConflict, key)
 }
+
+// CacheCounts returns how many counters the cache holds labels of: with a
+// record (sharded), and cold (no record, one sub-counter). It scans the
+// cache: call it at the pace of a metrics scrape.
+func (m *Manager) CacheCounts() (sharded, cold int) {
+	now := m.cfg.Clock.Now()
+	m.cache.Range(func(_, v any) bool {
+		e := v.(*entry)
+		switch {
+		case e.gone || now.Sub(e.at) >= m.cfg.TTL:
+		case e.pinned:
+			sharded++
+		case len(e.m.Write) == 1:
+			cold++
+		}
+		return true
+	})
+	return sharded, cold
+}

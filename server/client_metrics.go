@@ -98,6 +98,20 @@ var clientMetrics = []clientMetric{
 		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Moved) }),
 	counter("hotcount_rebalance_failed_total", "Automatic re-placements that failed (retried at the next check).",
 		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Failed) }),
+	gauge("hotcount_placement_collisions", "Sub-counters beyond an even spread found by the last pass of automatic re-placement (0 when it is off).",
+		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Collisions) }),
+	counter("hotcount_resize_grows_total", "Counters the controller grew (cold counters turning hot; automatic N).",
+		func(s *hotcount.Stats) float64 { return float64(s.Decisions.Grows) }),
+	counter("hotcount_resize_shrinks_total", "Counters the controller folded back (hot counters cooling; automatic N).",
+		func(s *hotcount.Stats) float64 { return float64(s.Decisions.Shrinks) }),
+	counter("hotcount_resize_failures_total", "Resizes the controller started that failed.",
+		func(s *hotcount.Stats) float64 { return float64(s.Decisions.Failed) }),
+	gauge("hotcount_counters_sharded", "Sharded counters (with metadata) this process used lately.",
+		func(s *hotcount.Stats) float64 { return float64(s.Counters.Sharded) }),
+	gauge("hotcount_counters_cold", "Cold counters (one sub-counter) this process used lately.",
+		func(s *hotcount.Stats) float64 { return float64(s.Counters.Cold) }),
+	counter("hotcount_counters_expired_total", "Counters this process removed at or past their deadline.",
+		func(s *hotcount.Stats) float64 { return float64(s.Counters.Expired) }),
 }
 
 // clientCollector exports the Client's stats and measurements at scrape

@@ -107,6 +107,11 @@ func (m *metrics) register(reg *prometheus.Registry) error {
 			return fmt.Errorf("%w: registering metrics: %w", ErrConfig, err)
 		}
 	}
+	if t := m.s.cfg.Timings; t != nil {
+		if err := reg.Register(t.vec); err != nil {
+			return fmt.Errorf("%w: registering metrics: %w", ErrConfig, err)
+		}
+	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return nil
 }

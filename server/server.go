@@ -102,6 +102,9 @@ type Config struct {
 	MaxKeys int
 	// RetryAfter is sent with 503 answers; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
+	// Timings, when set, is exported with the other metrics: the Client's
+	// background operations, fed by hotcount.Config.Observe.
+	Timings *Timings
 }
 
 // Server serves the hotcount HTTP API. Create it with New.

@@ -113,7 +113,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "serve: durable store: %v", err)
 	}
-	c, err := hotcount.New(ctx, clientConfig(cfg, db))
+	timings := server.NewTimings()
+	c, err := hotcount.New(ctx, withTimings(clientConfig(cfg, db), timings))
 	if err != nil {
 		db.Close()
 		return openFailure(stderr, "serve", err)
@@ -134,7 +135,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	}
 	srv, err := server.New(server.Config{
 		Client: c, Token: cfg.Token, Tokens: cfg.tokens, MetricsPublic: cfg.MetricsPublic, NoDashboard: !*cfg.Dashboard,
-		NodeBudget: budget, Logger: log, AccessLog: cfg.AccessLog,
+		NodeBudget: budget, Logger: log, AccessLog: cfg.AccessLog, Timings: timings,
 	})
 	if err != nil {
 		closeClient()
@@ -211,4 +212,10 @@ func drainReport(before, after hotcount.Stats) string {
 		parts = append(parts, "no checkpoint needed")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// withTimings feeds the Client's background timings to t.
+func withTimings(hc hotcount.Config, t *server.Timings) hotcount.Config {
+	hc.Observe = t.Observe
+	return hc
 }

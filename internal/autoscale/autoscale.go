@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcount/hotcount/clock"
@@ -69,6 +70,8 @@ type Config struct {
 
 // Scaler runs the loops that Config turns on.
 type Scaler struct {
+	grows, shrinks, failed atomic.Int64 // the controller's decisions
+
 	eng   *engine.Engine
 	auto  *hotkeys.Controller // nil without AutoN
 	rebal *rebalancer         // nil without Rebalance
@@ -115,7 +118,10 @@ func New(cfg Config) (*Scaler, error) {
 				}
 				return 0
 			},
-			OnDecision: func(d hotkeys.Decision) { cfg.Engine.Drop(d.Key) },
+			OnDecision: func(d hotkeys.Decision) {
+				s.decided(d)
+				cfg.Engine.Drop(d.Key)
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("autoscale: %w", err)
@@ -179,6 +185,16 @@ type RebalanceStats struct {
 	Moved int64
 	// Failed counts attempts that failed (retried at the next check).
 	Failed int64
+	// Collisions is the number of sub-counters beyond an even spread that
+	// the last pass over the counters found (before moving them).
+	Collisions int64
+}
+
+// DecisionStats counts the controller's decisions.
+type DecisionStats struct {
+	// Grows and Shrinks count the resizes started; Failed the resizes
+	// that failed.
+	Grows, Shrinks, Failed int64
 }
 
 // Rebalances returns the counts of automatic re-placement (zero when it
@@ -187,7 +203,25 @@ func (s *Scaler) Rebalances() RebalanceStats {
 	if s.rebal == nil {
 		return RebalanceStats{}
 	}
-	return RebalanceStats{Checks: s.rebal.checks.Load(), Moved: s.rebal.moved.Load(), Failed: s.rebal.failed.Load()}
+	return RebalanceStats{Checks: s.rebal.checks.Load(), Moved: s.rebal.moved.Load(), Failed: s.rebal.failed.Load(),
+		Collisions: s.rebal.collisions.Load()}
+}
+
+// DecisionCounts returns the counts of the controller's decisions.
+func (s *Scaler) DecisionCounts() DecisionStats {
+	return DecisionStats{Grows: s.grows.Load(), Shrinks: s.shrinks.Load(), Failed: s.failed.Load()}
+}
+
+// decided counts a decision of the controller.
+func (s *Scaler) decided(d hotkeys.Decision) {
+	switch {
+	case d.Err != "":
+		s.failed.Add(1)
+	case d.Action == hotkeys.ActionGrow:
+		s.grows.Add(1)
+	case d.Action == hotkeys.ActionShrink:
+		s.shrinks.Add(1)
+	}
 }
 
 // Close stops the loops; a fold in progress stops too (its journal lets

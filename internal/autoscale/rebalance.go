@@ -12,15 +12,16 @@ import (
 
 // rebalancer runs the automatic re-placement loop.
 type rebalancer struct {
-	eng     *engine.Engine
-	timeout time.Duration
-	ctx     context.Context // cancelled by close, so a fold in progress stops (its journal resumes it)
-	cancel  context.CancelFunc
-	stop    chan struct{}
-	done    sync.WaitGroup
-	checks  atomic.Int64 // looks at the slot map
-	moved   atomic.Int64 // counters rebalanced
-	failed  atomic.Int64 // rebalances that failed
+	eng        *engine.Engine
+	timeout    time.Duration
+	ctx        context.Context // cancelled by close, so a fold in progress stops (its journal resumes it)
+	cancel     context.CancelFunc
+	stop       chan struct{}
+	done       sync.WaitGroup
+	checks     atomic.Int64 // looks at the slot map
+	collisions atomic.Int64 // found by the last complete pass
+	moved      atomic.Int64 // counters rebalanced
+	failed     atomic.Int64 // rebalances that failed
 }
 
 func startRebalancer(cfg Config) *rebalancer {
@@ -62,6 +63,12 @@ func (r *rebalancer) loop(t clock.Ticker) {
 func (r *rebalancer) pass() bool {
 	m := r.eng.Meta()
 	ok := true
+	var found int64
+	defer func() {
+		if ok {
+			r.collisions.Store(found)
+		}
+	}()
 	for _, key := range m.Known() {
 		select {
 		case <-r.stop:
@@ -75,6 +82,7 @@ func (r *rebalancer) pass() bool {
 			ok = false
 			continue
 		}
+		found += int64(n)
 		if n == 0 {
 			continue
 		}

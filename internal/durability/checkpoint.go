@@ -211,7 +211,9 @@ func (ck *checkpointer) stats(s *Stats) {
 // round runs one checkpoint round: check the sentinels (restoring lost
 // nodes), then save the watched counters of the nodes that are intact.
 func (ck *checkpointer) round(ctx context.Context) (CheckpointReport, error) {
+	start := ck.d.cfg.Clock.Now()
 	rep, err := ck.roundLocked(ctx)
+	ck.d.obs.observe("checkpoint", ck.d.cfg.Clock.Now().Sub(start))
 	ck.rounds.Add(1)
 	if err != nil {
 		ck.roundErrs.Add(1)

@@ -72,11 +72,15 @@ type Config struct {
 	// OnRestore, when set, is called after a node's fast-mode counters
 	// were restored.
 	OnRestore func(Restore)
+	// Observe, when set, is told how long each group commit ("commit"),
+	// checkpoint round ("checkpoint") and rollup ("rollup") took.
+	Observe func(op string, d time.Duration)
 }
 
 // Service keeps a cache view durable. It is safe for concurrent use.
 type Service struct {
 	cfg Config
+	obs *observer
 	be  durable.Backend
 	eng *engine.Engine
 	ns  *ns.Table
@@ -104,14 +108,16 @@ type Service struct {
 // New starts the checkpoint loop and, when some keys are in durable mode,
 // the committer and the rollup loop.
 func New(cfg Config) (*Service, error) {
+	d0 := &observer{f: cfg.Observe}
 	if cfg.Backend == nil || cfg.Engine == nil || cfg.Clock == nil || cfg.Rand == nil ||
 		cfg.CheckpointInterval <= 0 || cfg.RollupAge <= 0 || cfg.Timeout <= 0 {
 		return nil, errors.New("durability: every Config field but OnRestore is required")
 	}
-	d := &Service{cfg: cfg, be: cfg.Backend, eng: cfg.Engine, ns: cfg.Engine.Namespaces(), stop: make(chan struct{})}
+	d := &Service{obs: d0, cfg: cfg, be: cfg.Backend, eng: cfg.Engine, ns: cfg.Engine.Namespaces(), stop: make(chan struct{})}
 	d.ck.init(d)
 	if d.ns.Any(func(n *ns.Namespace) bool { return n.Mode == ns.ModeDurable }) {
-		com, err := durable.NewCommitter(d.be, durable.CommitterConfig{CommitTimeout: commitTimeout(cfg.Timeout), Clock: cfg.Clock})
+		com, err := durable.NewCommitter(d.be, durable.CommitterConfig{CommitTimeout: commitTimeout(cfg.Timeout), Clock: cfg.Clock,
+			OnBatch: func(d time.Duration, _ int) { d0.observe("commit", d) }})
 		if err != nil {
 			return nil, fmt.Errorf("durability: %w", err)
 		}
@@ -260,7 +266,9 @@ func (d *Service) rollupLoop(t clock.Ticker) {
 func (d *Service) Rollup(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	defer cancel()
-	rep, err := d.be.Rollup(ctx, d.cfg.Clock.Now().Add(-d.cfg.RollupAge))
+	start := d.cfg.Clock.Now()
+	rep, err := d.be.Rollup(ctx, start.Add(-d.cfg.RollupAge))
+	d.obs.observe("rollup", d.cfg.Clock.Now().Sub(start))
 	d.rollups.Add(1)
 	d.folded.Add(uint64(rep.Folded))
 	if err == nil && len(rep.Failed) > 0 {
@@ -330,4 +338,13 @@ func (d *Service) Stats() Stats {
 	s.Rollups, s.Folded, s.RollupErrors = d.rollups.Load(), d.folded.Load(), d.rollupErrs.Load()
 	d.ck.stats(&s)
 	return s
+}
+
+// observer reports durations to Config.Observe, when set.
+type observer struct{ f func(op string, d time.Duration) }
+
+func (o *observer) observe(op string, d time.Duration) {
+	if o.f != nil {
+		o.f(op, d)
+	}
 }

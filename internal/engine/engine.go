@@ -96,6 +96,8 @@ type Config struct {
 	Rand func() uint64
 	// OnFlushError, when set, is told about failed flushes.
 	OnFlushError func(error)
+	// Observe, when set, is told how long each flush round took ("flush").
+	Observe func(op string, d time.Duration)
 }
 
 // Engine is the data path. It is safe for concurrent use.
@@ -118,6 +120,7 @@ type Engine struct {
 	resizing   sync.Map // counter key → struct{}: a resize in this process
 	refreshing sync.Map // counter key → struct{}: a background label look-up
 	bg         sync.WaitGroup
+	expired    atomic.Int64 // counters removed at or past their deadline
 	closing    atomic.Bool
 	obs        *observer
 }

@@ -111,7 +111,28 @@ func (e *Engine) expireNow(ctx context.Context, key string) error {
 		return err
 	}
 	e.cache.drop(key)
+	e.expired.Add(1)
 	return nil
+}
+
+// Counts is what this process knows of the counters it used lately.
+type Counts struct {
+	// Sharded and Cold count the counters whose labels are cached:
+	// sharded (with metadata) and cold (one sub-counter).
+	Sharded, Cold int
+	// Expired counts counters this process removed at or past their
+	// deadline (a cold counter's key the cache expires by itself is not
+	// seen here).
+	Expired int64
+}
+
+// Counts returns what this process knows of the counters it used lately.
+func (e *Engine) Counts() Counts {
+	c := Counts{Expired: e.expired.Load()}
+	if e.meta != nil {
+		c.Sharded, c.Cold = e.meta.CacheCounts()
+	}
+	return c
 }
 
 // Expire gives key the deadline at: the counter and every part of it go

@@ -27,6 +27,7 @@ func (e *Engine) startBuffers() error {
 			Clock:          e.cfg.Clock,
 			Rand:           e.cfg.Rand,
 			OnError:        e.cfg.OnFlushError,
+			OnFlushed:      e.onFlushed(),
 		})
 		if err != nil {
 			_ = e.CloseBuffers(context.Background())
@@ -39,6 +40,14 @@ func (e *Engine) startBuffers() error {
 		e.only = e.bufs[d.FlushInterval]
 	}
 	return nil
+}
+
+// onFlushed reports flush rounds to Config.Observe.
+func (e *Engine) onFlushed() func(time.Duration, int) {
+	if e.cfg.Observe == nil {
+		return nil
+	}
+	return func(d time.Duration, _ int) { e.cfg.Observe("flush", d) }
 }
 
 // OnlyBuffer returns the buffer every key goes through when all keys are
