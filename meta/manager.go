@@ -265,6 +265,7 @@ func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) 
 			return mt, nil
 		}
 		mt.Epoch = 1
+		mt.Gen = m.newGen()
 		if err := m.firstDeadline(ctx, key, &mt); err != nil {
 			return Meta{}, err
 		}
@@ -436,6 +437,7 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 		}
 		next.Epoch = cur.Epoch + 1
 		if cur.Epoch == 0 {
+			next.Gen = m.newGen()
 			if err := m.firstDeadline(ctx, key, &next); err != nil {
 				return Meta{}, err
 			}
@@ -455,6 +457,9 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 	}
 	return Meta{}, fmt.Errorf("%w: %q", ErrConflict, key)
 }
+
+// newGen draws the generation of a new record (see Meta.Gen).
+func (m *Manager) newGen() string { return fmt.Sprintf("%016x", m.cfg.Rand()) }
 
 // firstDeadline gives a counter's first record the deadline Config.Deadline
 // says, unless the change set one.

@@ -57,6 +57,10 @@ type Meta struct {
 	// 2×store.DeadlineGrace later, so that a reader never sees the record
 	// gone while sub-counters remain.
 	Deadline int64 `json:"deadline,omitempty"`
+	// Gen is drawn when the record is first written and kept by every
+	// change, so a record written after a clear or an expiry is told apart
+	// from the one before it even when their epochs meet.
+	Gen string `json:"gen,omitempty"`
 }
 
 // FoldState is one journaled fold: moving the value of From into To.

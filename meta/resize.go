@@ -218,7 +218,7 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 		}
 		var done []string
 		for _, f := range cur.Folds {
-			if err := m.drain(ctx, key, f); err != nil {
+			if err := m.drain(ctx, key, f, cur.Gen); err != nil {
 				return err
 			}
 			done = append(done, f.ID)
@@ -250,7 +250,7 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 // drain moves f.From's value into f.To in rounds until f.From reads zero.
 // It starts at the journaled round (replaying it changes nothing if it had
 // finished) and journals each further round before running it.
-func (m *Manager) drain(ctx context.Context, key string, f FoldState) error {
+func (m *Manager) drain(ctx context.Context, key string, f FoldState, gen string) error {
 	sub := []string{keyspace.SubKey(key, f.From)}
 	round := max(f.Round, 1)
 	for tries := 1; ; tries++ {
@@ -260,7 +260,7 @@ func (m *Manager) drain(ctx context.Context, key string, f FoldState) error {
 			return fmt.Errorf("meta: fold %s of %q out of %q: %w", id, key, f.From, err)
 		}
 		m.cfg.OnStep(key, StepOut)
-		if err := m.stillFolding(ctx, key, f.ID); err != nil {
+		if err := m.stillFolding(ctx, key, f.ID, gen); err != nil {
 			return err
 		}
 		if _, err := m.b.FoldIn(ctx, key, f.To, id, v); err != nil {
@@ -302,15 +302,21 @@ func RoundID(id string, round int) string {
 }
 
 // stillFolding checks, before a fold moves a value in, that key's record
-// still journals the fold and has not passed its deadline: a counter
-// cleared or expired while it was being folded must not have the moved
-// value land in the counter that starts after it.
-func (m *Manager) stillFolding(ctx context.Context, key, foldID string) error {
+// is the one the fold started in and has not passed its deadline: a
+// counter cleared or expired while it was being folded must not have the
+// moved value land in the counter that starts after it. A fold that left
+// the journal of the same record was finished by a concurrent Resume; the
+// move goes on then, since a round it journaled after that Resume's last
+// one may hold a straggler's value, and a replayed round changes nothing.
+func (m *Manager) stillFolding(ctx context.Context, key, foldID, gen string) error {
 	cur, found, err := m.fetch(ctx, key)
 	if err != nil {
 		return err
 	}
 	if found && (cur.Deadline == 0 || m.cfg.Clock.Now().Before(time.UnixMilli(cur.Deadline))) {
+		if cur.Gen == gen && gen != "" {
+			return nil
+		}
 		for _, f := range cur.Folds {
 			if f.ID == foldID {
 				return nil
