@@ -341,7 +341,9 @@ func (d *Service) Stats() Stats {
 }
 
 // observer reports durations to Config.Observe, when set.
-type observer struct{ f func(op string, d time.Duration) }
+type observer struct {
+	f func(op string, d time.Duration)
+}
 
 func (o *observer) observe(op string, d time.Duration) {
 	if o.f != nil {
