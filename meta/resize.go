@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -218,7 +219,9 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 		}
 		var done []string
 		for _, f := range cur.Folds {
-			if err := m.drain(ctx, key, f, cur.Gen); err != nil {
+			if err := m.drain(ctx, key, f, cur.Gen); errors.Is(err, errFoldOver) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 			done = append(done, f.ID)
@@ -292,6 +295,10 @@ func (m *Manager) drain(ctx context.Context, key string, f FoldState, gen string
 	}
 }
 
+// errFoldOver: the record a fold ran in is gone, so there is nothing left
+// to move the value into; Resume takes the fold as over.
+var errFoldOver = errors.New("meta: the folded counter's record is gone")
+
 // RoundID is the marker id of a fold's round: id for round 1, id+".2" for
 // round 2, and so on.
 func RoundID(id string, round int) string {
@@ -313,7 +320,12 @@ func (m *Manager) stillFolding(ctx context.Context, key, foldID, gen string) err
 	if err != nil {
 		return err
 	}
-	if found && (cur.Deadline == 0 || m.cfg.Clock.Now().Before(time.UnixMilli(cur.Deadline))) {
+	if !found {
+		// Gone: cleared, expired and removed, or folded to one label and
+		// made cold by the Resume that finished this fold.
+		return errFoldOver
+	}
+	if cur.Deadline == 0 || m.cfg.Clock.Now().Before(time.UnixMilli(cur.Deadline)) {
 		if cur.Gen == gen && gen != "" {
 			return nil
 		}
