@@ -19,6 +19,7 @@
 package durability
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,6 +73,10 @@ type Config struct {
 	// OnRestore, when set, is called after a node's fast-mode counters
 	// were restored.
 	OnRestore func(Restore)
+	// HealInterval is how often the cache view of durable-mode counters
+	// is compared with the log and repaired (heal.go); 0 means
+	// DefaultHealInterval, a negative value turns healing off.
+	HealInterval time.Duration
 	// Observe, when set, is told how long each group commit ("commit"),
 	// checkpoint round ("checkpoint") and rollup ("rollup") took.
 	Observe func(op string, d time.Duration)
@@ -92,7 +97,8 @@ type Service struct {
 	mu     sync.RWMutex
 	closed bool
 
-	ck checkpointer
+	ck   checkpointer
+	heal healer
 
 	viewMisses atomic.Uint64 // committed increments the buffer refused
 	rollups    atomic.Uint64
@@ -124,6 +130,11 @@ func New(cfg Config) (*Service, error) {
 		d.com = com
 		d.loops.Add(1)
 		go d.rollupLoop(cfg.Clock.NewTicker(min(max(cfg.RollupAge/4, time.Second), time.Minute)))
+		if iv := cmp.Or(cfg.HealInterval, DefaultHealInterval); iv > 0 {
+			d.heal.init(d, iv)
+			d.loops.Add(1)
+			go d.heal.loop(cfg.Clock.NewTicker(iv))
+		}
 	}
 	d.loops.Add(1)
 	go d.checkpointLoop(cfg.Clock.NewTicker(cfg.CheckpointInterval))
@@ -325,6 +336,18 @@ type Stats struct {
 	// RestoredKeys and RestoredAmount sum their Keys and Amount.
 	Restores, RestoredKeys uint64
 	RestoredAmount         int64
+	// HealSweeps counts the sweeps of the healer that compared the cache
+	// view of durable-mode counters with the log, HealSkipped the
+	// intervals another process swept, HealErrors the failed sweeps.
+	HealSweeps, HealSkipped, HealErrors uint64
+	// Repairs counts the cache views of durable-mode counters the healer
+	// corrected, and RepairedAmount the signed sum of the corrections
+	// (positive: the view was behind).
+	Repairs        uint64
+	RepairedAmount int64
+	// Behind is the number of durable-mode counters whose view the last
+	// sweeps found off and not yet repaired.
+	Behind uint64
 }
 
 // Stats returns the running totals.
@@ -337,6 +360,9 @@ func (d *Service) Stats() Stats {
 	s.ViewMisses = d.viewMisses.Load()
 	s.Rollups, s.Folded, s.RollupErrors = d.rollups.Load(), d.folded.Load(), d.rollupErrs.Load()
 	d.ck.stats(&s)
+	if d.heal.d != nil {
+		d.heal.stats(&s)
+	}
 	return s
 }
 
