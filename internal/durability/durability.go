@@ -6,14 +6,16 @@
 // Durable mode: every increment goes through one durable.Committer (group
 // commit) and is acknowledged only after its batch committed; a duplicate
 // id is acknowledged without being applied again. The committed delta is
-// then added to the engine's buffer, which feeds the cache view. A rollup
+// then added to the engine's buffer, which feeds the cache view (a view
+// that misses a delta heals, see heal.go). A rollup
 // loop folds events older than the rollup age into totals.
 //
 // Fast mode: increments mark their counter as touched; the checkpoint loop
 // (checkpoint.go) saves the touched counters' sub-counters and watches one
 // sentinel key per cache node to detect and repair a node that lost its
-// data (restore.go). Rebuild (rebuild.go) corrects the cache view of
-// durable-mode counters from the log.
+// data (restore.go). The healer (heal.go) repairs the cache view of
+// durable-mode counters from the log by itself, within two HealIntervals
+// of an error that holds still; Rebuild (rebuild.go) corrects it at once.
 //
 // Every loop runs on the injected clock's tickers.
 package durability
@@ -193,7 +195,7 @@ func (d *Service) Commit(ctx context.Context, n *ns.Namespace, key string, delta
 	}
 	// The increment is durable: from here on it is acknowledged whatever
 	// the cache view does. A delta the buffer refuses is missing from the
-	// view until Rebuild, and counted.
+	// view until the healer repairs it, and counted.
 	if err := d.eng.Add(n, key, delta); err != nil {
 		d.viewMisses.Add(1)
 	}
@@ -317,7 +319,7 @@ type Stats struct {
 	Batches, Events, FailedEvents uint64
 	// ViewMisses counts committed increments that the buffer refused
 	// (backpressure): they are durable but missing from the cache view
-	// until Rebuild.
+	// until the healer repairs it (or Rebuild).
 	ViewMisses uint64
 	// Rollups, Folded and RollupErrors count rollup runs, events folded
 	// and failed runs.
