@@ -14,7 +14,8 @@ package durability
 // and, rebuildChunk at a time, measures each counter's difference
 // D = T − S between its exact total T (Log.ExactMulti) and its view S
 // (the sum of its sub-counters). The measurement is made while this
-// process's commits are held and after its buffer was flushed, so no
+// process's commits are held (for one flush, one cache read and one log
+// read, each bounded by the Timeout) and after its buffer was flushed, so no
 // increment of this process is between its commit and the cache: D is the
 // view's error plus what other processes have in flight for the counter.
 //
@@ -289,10 +290,18 @@ func (h *healer) measure(ctx context.Context, keys []string) (map[string]int64, 
 	if d.closed {
 		return nil, fmt.Errorf("heal: %w", store.ErrClosed)
 	}
-	if err := d.eng.Flush(ctx); err != nil {
+	// Commits wait while the lock is held: bound it by one round trip
+	// each for the flush and the read (a cache that cannot take the flush
+	// fails the sweep, and commits go on).
+	fctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	err := d.eng.Flush(fctx)
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("heal: %w", err)
 	}
-	reads, _, _, err := d.eng.Read(ctx, keys, nil)
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	reads, _, _, err := d.eng.Read(rctx, keys, nil)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("heal: %w", err)
 	}
