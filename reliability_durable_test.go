@@ -117,7 +117,7 @@ func TestReliabilityDurablePrimaryKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Stop()
+	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
 	c := durFaultClient(t, cl.Seeds(), testenv.PostgresSchema(t), nil)
 	keys := keysFor(t, 8)
 	l := startLoad(c, keys, 8, 20, time.Millisecond)
@@ -181,7 +181,7 @@ func TestReliabilityDurableNodeEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Stop()
+	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
 	restored := make(chan hotcount.Restore, 8)
 	c := durFaultClient(t, cl.Seeds(), testenv.PostgresSchema(t), func(r hotcount.Restore) { restored <- r })
 	keys := keysFor(t, 8)

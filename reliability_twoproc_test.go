@@ -97,7 +97,7 @@ func TestTwoProcessesNodeEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Stop()
+	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
 	schema := testenv.PostgresSchema(t)
 	ds := durStores()[1]
 	restoredA := make(chan int64, 16)
