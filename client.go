@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.dur, err = durability.New(durability.Config{
 			Backend: s.Durability.Store, Engine: c.eng, CheckpointInterval: s.Durability.CheckpointInterval,
 			RollupAge: s.Durability.RollupAge, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
-			OnRestore: s.Durability.OnRestore, Observe: s.Observe,
+			OnRestore: s.Durability.OnRestore, Observe: s.Observe, HealInterval: s.Durability.HealInterval,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrConfig, err))
@@ -194,7 +194,17 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	return c.eng.Get(ctx, key)
+	r, err := c.eng.Get(ctx, key)
+	return c.behind(r), err
+}
+
+// behind raises the Stale of a durable-mode counter's reading to how long
+// its view has been known to be behind the log.
+func (c *Client) behind(r Reading) Reading {
+	if c.dur != nil {
+		r.Stale = max(r.Stale, c.dur.Behind(r.Key))
+	}
+	return r
 }
 
 // GetFresh is Get without the summed-read cache: it reads the
@@ -204,7 +214,8 @@ func (c *Client) GetFresh(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	return c.eng.GetFresh(ctx, key)
+	r, err := c.eng.GetFresh(ctx, key)
+	return c.behind(r), err
 }
 
 // GetMulti returns the sums of many counters. Counters not in the cache
@@ -219,7 +230,11 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 			return nil, err
 		}
 	}
-	return c.eng.GetMulti(ctx, keys)
+	out, err := c.eng.GetMulti(ctx, keys)
+	for k, r := range out {
+		out[k] = c.behind(r)
+	}
+	return out, err
 }
 
 // GetExact returns the exact value of a durable-mode counter from the

@@ -37,6 +37,9 @@ const (
 	DefaultMetaTTL = meta.DefaultTTL
 	// DefaultCheckpointInterval is how often fast-mode totals are saved.
 	DefaultCheckpointInterval = durability.DefaultCheckpointInterval
+	// DefaultHealInterval is how often the cache view of durable-mode
+	// counters is compared with the log and repaired.
+	DefaultHealInterval = durability.DefaultHealInterval
 	// DefaultRollupAge is how old a durable-mode event must be before it
 	// is folded into its counter's total.
 	DefaultRollupAge = durability.DefaultRollupAge
@@ -159,6 +162,12 @@ type DurabilityConfig struct {
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
 	OnRestore func(Restore)
+	// HealInterval is how often the cache view of durable-mode counters
+	// is compared with the durable log and repaired; 0 means
+	// DefaultHealInterval, negative turns healing off. A view error that
+	// holds still is repaired within two intervals (see the README,
+	// durability).
+	HealInterval time.Duration
 	// NoStartupRepair skips the check New makes: restore fast-mode
 	// counters of cache nodes that lost their data (an empty embedded
 	// store after a restart, a Redis primary restarted empty) and rebuild

@@ -20,7 +20,8 @@
 // Counters keep their values through cache loss per their namespace's
 // durability mode: ModeFast checkpoints totals to a durable store and
 // restores them; ModeDurable commits every increment to a durable event log
-// before acknowledging it.
+// before acknowledging it, and the cache view of such counters heals from
+// the log by itself within two DurabilityConfig.HealIntervals.
 //
 // A Client talks to Redis (standalone or Cluster, via rueidis) when
 // Config.Redis.Addrs is set, and otherwise to an embedded in-process store

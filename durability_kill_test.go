@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
@@ -26,6 +27,12 @@ const (
 	durChildEnv     = "HOTCOUNT_DURABLE_CHILD"
 	durChildWorkers = 8
 	durChildKey     = "kill:counter"
+	// durChildRedisEnv, when set, gives the child Redis Cluster seeds
+	// (comma-separated) for its cache instead of the embedded store, and
+	// durChildKeyEnv its key; its buffer then holds deltas for a second,
+	// so that a kill cuts committed deltas from the cache view.
+	durChildRedisEnv = "HOTCOUNT_DURABLE_CHILD_REDIS"
+	durChildKeyEnv   = "HOTCOUNT_DURABLE_CHILD_KEY"
 )
 
 func init() {
@@ -46,7 +53,13 @@ func durChild(spec string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	c, err := hotcount.New(ctx, hotcount.Config{Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: be}})
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{Mode: hotcount.ModeDurable}, Durability: hotcount.DurabilityConfig{Store: be}}
+	key := durChildKey
+	if seeds := os.Getenv(durChildRedisEnv); seeds != "" {
+		cfg.Redis.Addrs, key = strings.Split(seeds, ","), os.Getenv(durChildKeyEnv)
+		cfg.Defaults.FlushInterval = time.Second
+	}
+	c, err := hotcount.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -58,7 +71,7 @@ func durChild(spec string) int {
 		go func() {
 			defer wg.Done()
 			for i := 0; ; i++ {
-				if err := c.IncrID(ctx, durChildKey, durChildDelta(w, i), durChildID(w, i)); err != nil {
+				if err := c.IncrID(ctx, key, durChildDelta(w, i), durChildID(w, i)); err != nil {
 					fmt.Fprintln(os.Stderr, "child:", err)
 					os.Exit(1)
 				}

@@ -46,6 +46,8 @@ type durabilityStats struct {
 	Rollups         uint64     `json:"rollups"`
 	RollupErrors    uint64     `json:"rollup_errors"`
 	Restores        uint64     `json:"restores"`
+	ViewRepairs     uint64     `json:"view_repairs"`
+	ViewBehind      uint64     `json:"view_behind"`
 }
 
 type rebalanceStats struct {
@@ -67,7 +69,7 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 		Durability: durabilityStats{
 			Checkpoints: d.Checkpoints, CheckpointErrors: d.CheckpointErrors, Batches: d.Batches, Events: d.Events,
 			FailedEvents: d.FailedEvents, ViewMisses: d.ViewMisses, Rollups: d.Rollups, RollupErrors: d.RollupErrors,
-			Restores: d.Restores,
+			Restores: d.Restores, ViewRepairs: d.Repairs, ViewBehind: d.Behind,
 		},
 		Rebalance:  rebalanceStats{Checks: st.Rebalance.Checks, Moved: st.Rebalance.Moved, Failed: st.Rebalance.Failed},
 		NodeBudget: s.cfg.NodeBudget,

@@ -218,6 +218,9 @@ func (ck *checkpointer) round(ctx context.Context) (CheckpointReport, error) {
 	if err != nil {
 		ck.roundErrs.Add(1)
 	}
+	if len(rep.Restores) > 0 && ck.d.heal.d != nil {
+		ck.d.heal.nodeLost(rep.Restores[0].At) // durable counters lived there too
+	}
 	if cb := ck.d.cfg.OnRestore; cb != nil {
 		for _, r := range rep.Restores {
 			cb(r)

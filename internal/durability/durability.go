@@ -6,19 +6,22 @@
 // Durable mode: every increment goes through one durable.Committer (group
 // commit) and is acknowledged only after its batch committed; a duplicate
 // id is acknowledged without being applied again. The committed delta is
-// then added to the engine's buffer, which feeds the cache view. A rollup
+// then added to the engine's buffer, which feeds the cache view (a view
+// that misses a delta heals, see heal.go). A rollup
 // loop folds events older than the rollup age into totals.
 //
 // Fast mode: increments mark their counter as touched; the checkpoint loop
 // (checkpoint.go) saves the touched counters' sub-counters and watches one
 // sentinel key per cache node to detect and repair a node that lost its
-// data (restore.go). Rebuild (rebuild.go) corrects the cache view of
-// durable-mode counters from the log.
+// data (restore.go). The healer (heal.go) repairs the cache view of
+// durable-mode counters from the log by itself, within two HealIntervals
+// of an error that holds still; Rebuild (rebuild.go) corrects it at once.
 //
 // Every loop runs on the injected clock's tickers.
 package durability
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,6 +75,10 @@ type Config struct {
 	// OnRestore, when set, is called after a node's fast-mode counters
 	// were restored.
 	OnRestore func(Restore)
+	// HealInterval is how often the cache view of durable-mode counters
+	// is compared with the log and repaired (heal.go); 0 means
+	// DefaultHealInterval, a negative value turns healing off.
+	HealInterval time.Duration
 	// Observe, when set, is told how long each group commit ("commit"),
 	// checkpoint round ("checkpoint") and rollup ("rollup") took.
 	Observe func(op string, d time.Duration)
@@ -92,7 +99,8 @@ type Service struct {
 	mu     sync.RWMutex
 	closed bool
 
-	ck checkpointer
+	ck   checkpointer
+	heal healer
 
 	viewMisses atomic.Uint64 // committed increments the buffer refused
 	rollups    atomic.Uint64
@@ -124,6 +132,11 @@ func New(cfg Config) (*Service, error) {
 		d.com = com
 		d.loops.Add(1)
 		go d.rollupLoop(cfg.Clock.NewTicker(min(max(cfg.RollupAge/4, time.Second), time.Minute)))
+		if iv := cmp.Or(cfg.HealInterval, DefaultHealInterval); iv > 0 {
+			d.heal.init(d, iv)
+			d.loops.Add(1)
+			go d.heal.loop(cfg.Clock.NewTicker(iv))
+		}
 	}
 	d.loops.Add(1)
 	go d.checkpointLoop(cfg.Clock.NewTicker(cfg.CheckpointInterval))
@@ -182,7 +195,7 @@ func (d *Service) Commit(ctx context.Context, n *ns.Namespace, key string, delta
 	}
 	// The increment is durable: from here on it is acknowledged whatever
 	// the cache view does. A delta the buffer refuses is missing from the
-	// view until Rebuild, and counted.
+	// view until the healer repairs it, and counted.
 	if err := d.eng.Add(n, key, delta); err != nil {
 		d.viewMisses.Add(1)
 	}
@@ -306,7 +319,7 @@ type Stats struct {
 	Batches, Events, FailedEvents uint64
 	// ViewMisses counts committed increments that the buffer refused
 	// (backpressure): they are durable but missing from the cache view
-	// until Rebuild.
+	// until the healer repairs it (or Rebuild).
 	ViewMisses uint64
 	// Rollups, Folded and RollupErrors count rollup runs, events folded
 	// and failed runs.
@@ -325,6 +338,18 @@ type Stats struct {
 	// RestoredKeys and RestoredAmount sum their Keys and Amount.
 	Restores, RestoredKeys uint64
 	RestoredAmount         int64
+	// HealSweeps counts the sweeps of the healer that compared the cache
+	// view of durable-mode counters with the log, HealSkipped the
+	// intervals another process swept, HealErrors the failed sweeps.
+	HealSweeps, HealSkipped, HealErrors uint64
+	// Repairs counts the cache views of durable-mode counters the healer
+	// corrected, and RepairedAmount the signed sum of the corrections
+	// (positive: the view was behind).
+	Repairs        uint64
+	RepairedAmount int64
+	// Behind is the number of durable-mode counters whose view the last
+	// sweeps found off and not yet repaired.
+	Behind uint64
 }
 
 // Stats returns the running totals.
@@ -337,6 +362,9 @@ func (d *Service) Stats() Stats {
 	s.ViewMisses = d.viewMisses.Load()
 	s.Rollups, s.Folded, s.RollupErrors = d.rollups.Load(), d.folded.Load(), d.rollupErrs.Load()
 	d.ck.stats(&s)
+	if d.heal.d != nil {
+		d.heal.stats(&s)
+	}
 	return s
 }
 
