@@ -29,7 +29,7 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	redisAddrs := fs.String("redis", "", "Redis seed addresses, comma-separated (required)")
 	pgURL := fs.String("postgres", "", "PostgreSQL URL of the durable store")
 	schema := fs.String("schema", "", "PostgreSQL schema of the durable store (default: the search_path)")
-	dataDir := fs.String("data", "", "data directory of the SQLite durable store")
+	dataDir := fs.String("data", "", "data directory of the SQLite durable store (must hold its hotcount.db)")
 	n := fs.Int("n", hotcount.DefaultN, "number of sub-counters of the counters")
 	key := fs.String("key", "", "rebuild this counter only (every step, the restore of lost nodes too)")
 	prefix := fs.String("prefix", "", "rebuild the counters whose key starts with this, in every step (default: all)")
@@ -58,6 +58,15 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *dataDir != "" {
 		if _, err := os.Stat(filepath.Join(*dataDir, sqlite.DefaultFileName)); err != nil {
 			return usagef(stderr, "rebuild: --data %s holds no durable store (%s): give the data folder of the store that serves this cluster", *dataDir, sqlite.DefaultFileName)
+		}
+	}
+	if *pgURL != "" {
+		ok, err := postgres.Exists(ctx, postgres.Config{URL: *pgURL, Schema: *schema})
+		if err != nil {
+			return failf(stderr, "rebuild: durable store: %v", err)
+		}
+		if !ok {
+			return usagef(stderr, "rebuild: --postgres holds no durable store (schema %q): give the store that serves this cluster", *schema)
 		}
 	}
 	var be durable.Backend

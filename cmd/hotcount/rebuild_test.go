@@ -132,6 +132,12 @@ func rebuildClient(t *testing.T, seeds []string, dir string, nss ...hotcount.Nam
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rebuildClientOn(t, seeds, be, nss...)
+}
+
+// rebuildClientOn is rebuildClient on the store be (closed with the test).
+func rebuildClientOn(t *testing.T, seeds []string, be durable.Backend, nss ...hotcount.Namespace) *hotcount.Client {
+	t.Helper()
 	c, err := hotcount.New(t.Context(), hotcount.Config{
 		Redis:      hotcount.RedisConfig{Addrs: seeds},
 		Defaults:   hotcount.Namespace{Mode: hotcount.ModeFast},
@@ -232,6 +238,14 @@ func TestRebuildRefusesMissingData(t *testing.T) {
 	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
 		t.Errorf("rebuild wrote into the empty --data folder: %v", ents)
 	}
+	url, schema := testenv.PostgresURL(), testenv.PostgresSchema(t)
+	code, out, errOut := clusterCLI(t, t.Context(), "rebuild", "--redis", "127.0.0.1:1", "--postgres", url, "--schema", schema)
+	if code != exitUsage || !strings.Contains(errOut, "holds no durable store") || out != "" {
+		t.Errorf("rebuild --schema %s (none): exit %d, stdout %q, stderr %q; want exit 2 and a clear message", schema, code, out, errOut)
+	}
+	if ok, err := postgres.Exists(t.Context(), postgres.Config{URL: url, Schema: schema}); err != nil || ok {
+		t.Errorf("after the refused rebuild the store exists: %v %v", ok, err)
+	}
 }
 
 // TestRebuildLeavesFastCounter checks that a fast-mode counter that was
@@ -304,45 +318,101 @@ func TestRebuildRestoresLabelSets(t *testing.T) {
 	}
 }
 
-// TestRebuildRefusesForeignStore serves the cluster with store B, empties
-// the cluster, serves it with store A, then runs a rebuild against B: it
-// must be refused (exit 2) and change nothing (it used to take every node
-// as lost and add B's checkpoints). The same rebuild against A succeeds.
+// TestRebuildRefusesForeignStore serves the cluster with store B
+// (PostgreSQL or SQLite), empties the cluster, serves it with store A, then
+// runs a rebuild against B: it must be refused (exit 2) and change nothing
+// (it used to take every node as lost and add B's checkpoints), also when
+// the nodes carry no store mark (a cluster served by an older build). The
+// same rebuild against A succeeds.
 func TestRebuildRefusesForeignStore(t *testing.T) {
 	cl := rebuildCluster(t)
-	seeds, dirA, dirB := cl.Seeds(), t.TempDir(), t.TempDir()
-	cb := rebuildClient(t, seeds, dirB)
-	for i := range 30 {
-		if err := cb.Incr(t.Context(), fmt.Sprint("foreign:x", i), 1000); err != nil {
-			t.Fatal(err)
-		}
-	}
-	closeClient(t, cb)
-	if err := cl.FlushAll(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	ca := rebuildClient(t, seeds, dirA)
-	if err := ca.Incr(t.Context(), "foreign:y", 5); err != nil {
-		t.Fatal(err)
-	}
-	closeClient(t, ca)
-	before := cacheDump(t, cl)
-	code, out, errOut := rebuildCLI(t, seeds, dirB)
-	if code != exitUsage || !strings.Contains(errOut, "does not belong") {
-		t.Fatalf("rebuild with a foreign store: exit %d, %q %q; want exit 2 and a refusal", code, out, errOut)
-	}
-	if after := cacheDump(t, cl); !maps.Equal(before, after) {
-		t.Fatalf("refused rebuild changed the cache: %d keys before, %d after", len(before), len(after))
-	}
-	if v := cliGet(t, seeds, "foreign:x0"); v != 0 {
-		t.Fatalf("foreign:x0 = %d, want 0", v)
-	}
-	code, out, errOut = rebuildCLI(t, seeds, dirA)
-	if code != exitOK {
-		t.Fatalf("rebuild with the cluster's store: exit %d, %q %q", code, out, errOut)
-	}
-	if v := cliGet(t, seeds, "foreign:y"); v != 5 {
-		t.Fatalf("foreign:y = %d, want 5", v)
+	seeds := cl.Seeds()
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (durable.Backend, []string)
+	}{
+		{"sqlite", func(t *testing.T) (durable.Backend, []string) {
+			dir := t.TempDir()
+			be, err := sqlite.Open(t.Context(), sqlite.Config{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return be, []string{"--data", dir}
+		}},
+		{"postgres", func(t *testing.T) (durable.Backend, []string) {
+			url, schema := testenv.PostgresURL(), testenv.PostgresSchema(t)
+			be, err := postgres.Open(t.Context(), postgres.Config{URL: url, Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return be, []string{"--postgres", url, "--schema", schema}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := cl.FlushAll(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			beB, flagsB := tc.open(t)
+			cb := rebuildClientOn(t, seeds, beB)
+			for i := range 30 {
+				if err := cb.Incr(t.Context(), fmt.Sprint("foreign:x", i), 1000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closeClient(t, cb)
+			if err := cl.FlushAll(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			dirA := t.TempDir()
+			ca := rebuildClient(t, seeds, dirA)
+			if err := ca.Incr(t.Context(), "foreign:y", 5); err != nil {
+				t.Fatal(err)
+			}
+			closeClient(t, ca)
+			rebuildB := func() (int, string, string) {
+				return clusterCLI(t, t.Context(), append([]string{"rebuild", "--redis", strings.Join(seeds, ",")}, flagsB...)...)
+			}
+			before := cacheDump(t, cl)
+			code, out, errOut := rebuildB()
+			if code != exitUsage || !strings.Contains(errOut, "does not belong") {
+				t.Fatalf("rebuild with a foreign store: exit %d, %q %q; want exit 2 and a refusal", code, out, errOut)
+			}
+			if after := cacheDump(t, cl); !maps.Equal(before, after) {
+				t.Fatalf("refused rebuild changed the cache: %d keys before, %d after", len(before), len(after))
+			}
+			// Without marks (nodes served by an older build) it is
+			// refused too: the nodes hold sentinels the store never saw.
+			var marks int
+			for k := range before {
+				if strings.HasPrefix(k, "hotcount:store:") && !strings.Contains(k, ":init:") {
+					if _, err := cl.Do(t.Context(), "DEL", k); err != nil {
+						t.Fatal(err)
+					}
+					marks++
+				}
+			}
+			if marks == 0 {
+				t.Log("no store marks in the cache (code before the store identity)")
+			}
+			before = cacheDump(t, cl)
+			code, out, errOut = rebuildB()
+			if code != exitUsage || !strings.Contains(errOut, "does not belong") {
+				t.Fatalf("rebuild with a foreign store, no marks: exit %d, %q %q; want exit 2 and a refusal", code, out, errOut)
+			}
+			if after := cacheDump(t, cl); !maps.Equal(before, after) {
+				t.Fatalf("refused rebuild changed the cache: %d keys before, %d after", len(before), len(after))
+			}
+			if v := cliGet(t, seeds, "foreign:x0"); v != 0 {
+				t.Fatalf("foreign:x0 = %d, want 0", v)
+			}
+			code, out, errOut = rebuildCLI(t, seeds, dirA)
+			if code != exitOK {
+				t.Fatalf("rebuild with the cluster's store: exit %d, %q %q", code, out, errOut)
+			}
+			if v := cliGet(t, seeds, "foreign:y"); v != 5 {
+				t.Fatalf("foreign:y = %d, want 5", v)
+			}
+		})
 	}
 }
 
