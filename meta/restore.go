@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // RestoreRecord makes sure the cache holds a record of key after a cache
@@ -12,10 +14,13 @@ import (
 // hold values (their checkpoints).
 //
 // A record in the cache is left as it is. A missing one is restored from
-// the durable store when it holds one; otherwise one is written with
-// Write = Read = labels (epoch 1) and mirrored. With dryRun nothing is
-// written. restored reports whether a record was (or would be) written.
+// the durable store when it holds one; otherwise, unless the labels need
+// no record (only the cold label, which every reader sums, or naive
+// labels), one is written with Write = Read = labels (epoch 1) and
+// mirrored. With dryRun nothing is written. restored reports whether a
+// record was (or would be) written.
 func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string, dryRun bool) (restored bool, err error) {
+	labels = slices.DeleteFunc(slices.Clone(labels), func(l string) bool { return l == keyspace.ColdLabel })
 	if len(labels) == 0 {
 		return false, nil
 	}
@@ -35,6 +40,9 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 				return false, fmt.Errorf("meta: durable record of %q: %w", key, err)
 			}
 		}
+	}
+	if data == nil && m.cfg.Naive {
+		return false, nil // naive labels are derived, never recorded
 	}
 	if dryRun {
 		return true, nil
