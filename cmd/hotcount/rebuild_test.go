@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,38 @@ func cacheDump(t *testing.T, cl *testenv.Cluster) map[string]string {
 		}
 	}
 	return out
+}
+
+// subSum sums the sub-counters "{key#label}" the cache holds, whatever
+// the label set says.
+func subSum(t *testing.T, cl *testenv.Cluster, key string) int64 {
+	t.Helper()
+	prim, err := cl.Primaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, p := range prim {
+		keys, err := testenv.Do(t.Context(), p, "KEYS", "{"+key+"#*}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range strings.FieldsSeq(keys) {
+			if strings.HasSuffix(k, "#meta}") {
+				continue
+			}
+			v, err := testenv.Do(t.Context(), p, "GET", k)
+			if err != nil {
+				t.Fatalf("GET %s: %v", k, err)
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("GET %s = %q: %v", k, v, err)
+			}
+			sum += n
+		}
+	}
+	return sum
 }
 
 func rebuildCLI(t *testing.T, seeds []string, dir string, args ...string) (int, string, string) {
@@ -452,7 +485,7 @@ func lostNodeSetup(t *testing.T, extra func(c *hotcount.Client)) (*testenv.Clust
 // to that counter and does not record the node as restored, so that a
 // later full rebuild restores the node's other counters (once each).
 func TestRebuildLimited(t *testing.T) {
-	_, seeds, dir, _ := lostNodeSetup(t, nil)
+	cl, seeds, dir, _ := lostNodeSetup(t, nil)
 	b0 := cliGet(t, seeds, "lim:b")
 	code, out, errOut := rebuildCLI(t, seeds, dir, "--key", "lim:a")
 	if code != exitOK {
@@ -464,6 +497,16 @@ func TestRebuildLimited(t *testing.T) {
 	code, out, errOut = rebuildCLI(t, seeds, dir, "--prefix", "lim:a")
 	if code != exitOK || cliGet(t, seeds, "lim:a") != 300 || cliGet(t, seeds, "lim:b") != b0 {
 		t.Fatalf("rebuild --prefix lim:a again: exit %d, %q %q; lim:a %d lim:b %d", code, out, errOut, cliGet(t, seeds, "lim:a"), cliGet(t, seeds, "lim:b"))
+	}
+	// A dry run now reports only what is left: lim:b's lost part (lim:a's
+	// restore tokens are used).
+	lostB := 300 - subSum(t, cl, "lim:b")
+	code, out, errOut = rebuildCLI(t, seeds, dir, "--dry-run", "--json")
+	var rep struct {
+		Restores []struct{ Amount int64 }
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Restores) != 1 || rep.Restores[0].Amount != lostB {
+		t.Fatalf("rebuild --dry-run after the limited run: exit %d, %q %q; want one restore of %d (lim:b's lost part)", code, out, errOut, lostB)
 	}
 	for range 2 {
 		code, out, errOut = rebuildCLI(t, seeds, dir)

@@ -53,7 +53,22 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 			return nil
 		}
 		if r.DryRun {
+			// Count only the ops whose token is unused: the others were
+			// applied already (a token is stored as 1).
+			toks := make([]string, len(ops))
 			for i, op := range ops {
+				toks[i] = op.TokenKey
+			}
+			gctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+			used, err := d.eng.Store().Get(gctx, toks)
+			cancel()
+			if err != nil {
+				return err
+			}
+			for i, op := range ops {
+				if used[i] != 0 {
+					continue
+				}
 				r.Keys++
 				r.Amount += op.Delta
 				r.Window = max(r.Window, ages[i])
