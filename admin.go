@@ -72,9 +72,12 @@ func (c *Client) Restores() []Restore {
 }
 
 // Rebuild recreates the cache view from the durable store: it repairs
-// cache nodes that lost their data (fast mode) and corrects the view of
-// every durable-mode counter whose key starts with prefix ("" for all).
-// See durability.Service.Rebuild for when to run it.
+// cache nodes that lost their data (fast mode, with the counters'
+// label-set records) and corrects the view of every durable-mode counter
+// the log has whose key starts with prefix ("" for all). A prefix limits
+// the restore of lost nodes too (see RebuildWith). It refuses a store that
+// does not belong to the cache cluster (ErrForeignStore). See
+// durability.Service.Rebuild for when to run it.
 func (c *Client) Rebuild(ctx context.Context, prefix string) (RebuildReport, error) {
 	if err := c.checkDurable("rebuild"); err != nil {
 		return RebuildReport{}, err
@@ -82,12 +85,23 @@ func (c *Client) Rebuild(ctx context.Context, prefix string) (RebuildReport, err
 	return c.dur.Rebuild(ctx, prefix)
 }
 
-// RebuildKeys is Rebuild for the named durable-mode counters only.
+// RebuildKeys is Rebuild limited to the named counters, in every step.
 func (c *Client) RebuildKeys(ctx context.Context, keys ...string) (RebuildReport, error) {
 	if err := c.checkDurable("rebuild"); err != nil {
 		return RebuildReport{}, err
 	}
 	return c.dur.RebuildKeys(ctx, keys...)
+}
+
+// RebuildWith is Rebuild with options: a limit to some counters that
+// applies to every step (a limited run never records a lost node as
+// restored), and a dry run that reports what would change and writes
+// nothing.
+func (c *Client) RebuildWith(ctx context.Context, o RebuildOptions) (RebuildReport, error) {
+	if err := c.checkDurable("rebuild"); err != nil {
+		return RebuildReport{}, err
+	}
+	return c.dur.RebuildWith(ctx, o)
 }
 
 // Rollup folds the durable-mode events older than the rollup age into

@@ -50,4 +50,7 @@ var (
 	// ErrConflict: another resize of the same counter is under way; retry
 	// when it is done.
 	ErrConflict = engine.ErrConflict
+	// ErrForeignStore: Rebuild or a restore found that the durable store
+	// does not belong to the cache cluster; nothing was restored.
+	ErrForeignStore = durability.ErrForeignStore
 )

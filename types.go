@@ -36,6 +36,9 @@ type (
 	// RebuildReport is the outcome of Rebuild (see
 	// durability.RebuildReport).
 	RebuildReport = durability.RebuildReport
+	// RebuildOptions limits Rebuild to some counters and asks for a dry
+	// run (see durability.RebuildOptions).
+	RebuildOptions = durability.RebuildOptions
 	// Namespace holds the settings of the counters whose keys start with
 	// a prefix (see ns.Namespace).
 	Namespace = ns.Namespace

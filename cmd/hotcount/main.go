@@ -162,6 +162,7 @@ var commandExamples = map[string]string{
 `,
 	"rebuild": `  hotcount rebuild --redis 127.0.0.1:7100 --data ./hotcount-data --prefix orders:
   hotcount rebuild --redis 127.0.0.1:7100 --postgres postgres://hotcount@db/hotcount --key orders:7 --json
+  hotcount rebuild --redis 127.0.0.1:7100 --data ./hotcount-data --dry-run
 `,
 	"cluster up":     "  hotcount cluster up --dir /tmp/hc --port 7100 --primaries 3 --replicas 1\n",
 	"cluster down":   "  hotcount cluster down --dir /tmp/hc\n",

@@ -44,6 +44,19 @@ package durability
 // accepted before the round, so a reading taken after a loss is never
 // saved over a good checkpoint.
 //
+// # Store identity
+//
+// Beside its sentinel each node holds a mark, "hotcount:store:{n}" (same
+// slot), derived from the durable store's StoreID: it is written, once,
+// by a process that accepts the node, before it creates a missing
+// sentinel. A node that looks lost by the store's records (its sentinel
+// differs from the recorded incarnation) although it holds a sentinel and
+// no mark, or the mark of another store, was not lost: the store does not
+// belong to this cluster (it served another one, or was restored from
+// elsewhere). Nothing is restored or recorded then, and the round fails
+// with ErrForeignStore. A cluster whose every node came back empty keeps
+// no trace of its store and cannot be told apart.
+//
 // Not detected: a failover that loses only the last writes of a node (the
 // replica had the sentinel), and a per-counter "sum went below its
 // checkpoint" check is not made, since counters may be decremented.
@@ -54,8 +67,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +83,8 @@ import (
 const (
 	// sentinelPrefix starts every sentinel key (and its metadata key).
 	sentinelPrefix = "hotcount:sentinel:"
+	// markPrefix starts every store mark key.
+	markPrefix = "hotcount:store:"
 	// sentinelTokenTTL guards the creation of a sentinel: long enough for
 	// two processes that both saw it missing to write it once.
 	sentinelTokenTTL = time.Hour
@@ -82,6 +99,11 @@ const (
 	maxRestores = 16
 )
 
+// ErrForeignStore: the durable store does not belong to the cache
+// cluster: a node it would take as lost holds another store's mark (see
+// the package documentation of checkpoint.go). Nothing was restored.
+var ErrForeignStore = errors.New("hotcount: the durable store does not belong to this cache cluster")
+
 // Restore describes one repair of a cache node that lost its data.
 type Restore struct {
 	// Node is the cache node and Incarnation its new sentinel value.
@@ -93,6 +115,14 @@ type Restore struct {
 	// their checkpoint values added back.
 	Keys   int
 	Amount int64
+	// Metas is the number of counters whose label-set record (held by
+	// this node) was restored with them.
+	Metas int
+	// Partial reports a restore limited to some counters (a limited or
+	// dry Rebuild): the node's new incarnation was not recorded, so its
+	// other counters are restored later. DryRun reports that nothing was
+	// written: Keys, Amount and Metas are what would have been.
+	Partial, DryRun bool
 	// Window is the age of the oldest checkpoint used: the longest span
 	// of writes that may have been lost.
 	Window time.Duration
@@ -144,6 +174,7 @@ type checkpointer struct {
 	topo     *store.Topology               // the topology sentKeys belongs to
 	sentKeys []string                      // sentinel key per node index ("" without slots)
 	restores []Restore
+	mark     int64 // this store's mark (0: the store has no identity)
 
 	lastRound                                          atomic.Int64 // unix ns of the last good round
 	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
@@ -156,6 +187,49 @@ func (ck *checkpointer) init(d *Service) {
 	ck.saved = map[string]map[string]savedCP{}
 	ck.known = map[string]int64{}
 	ck.lastOK = map[string]time.Time{}
+	ck.mark = storeMark(d.be.StoreID())
+}
+
+// storeMark derives a node mark from a store id: positive, within
+// store.MaxValue; 0 for no id.
+func storeMark(id string) int64 {
+	if id == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return int64(h.Sum64()>>12) | 1
+}
+
+// markKeys returns the mark key beside each sentinel key ("" stays "").
+func markKeys(sent []string) []string {
+	out := make([]string, len(sent))
+	for i, k := range sent {
+		if k != "" {
+			out[i] = markPrefix + strings.TrimPrefix(k, sentinelPrefix)
+		}
+	}
+	return out
+}
+
+// markNode writes this store's mark to a node that has none (cur 0). As
+// for the sentinel, the token that guards the write is named after the
+// incarnation recorded before (inc), so a token that outlived the mark
+// never blocks the write.
+func (ck *checkpointer) markNode(ctx context.Context, key string, cur, inc int64) error {
+	if ck.mark == 0 || cur != 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+	defer cancel()
+	res, err := ck.d.eng.Store().IncrMulti(ctx, []store.IncrOp{{Key: key, Delta: ck.mark, TokenKey: key + ":init:" + strconv.FormatInt(inc, 10), TTL: sentinelTokenTTL}})
+	if err == nil && res[0].Err != nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("store mark %s: %w", key, err)
+	}
+	return nil
 }
 
 // touch marks a fast-mode counter for the next checkpoint. An entry the
@@ -237,7 +311,7 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 	if err != nil {
 		return rep, err
 	}
-	rep.Restores, err = ck.checkSentinels(ctx, topo)
+	rep.Restores, err = ck.checkSentinels(ctx, topo, nil)
 	if err != nil {
 		return rep, err
 	}
@@ -400,30 +474,38 @@ func spread(keys []string, vals []int64) []int64 {
 	return out
 }
 
-// checkSentinels reads every node's sentinel and accepts or repairs it
-// (see the file comment). A node repaired or newly seen is accepted, and
-// its counters are saved from the next read on.
-func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology) ([]Restore, error) {
+// checkSentinels reads every node's sentinel and mark and accepts or
+// repairs it (see the file comment). A node repaired or newly seen is
+// accepted, and its counters are saved from the next read on. With o (a
+// limited or dry Rebuild) every node is checked against the store's
+// records, only o's counters are restored, and nothing is recorded.
+func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology, o *RebuildOptions) ([]Restore, error) {
 	keys := ck.sentKeys
+	marks := markKeys(keys)
+	read := nonEmpty(keys)
+	read = append(read, nonEmpty(marks)...)
 	gctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	at := ck.d.cfg.Clock.Now()
-	vals, err := ck.d.eng.Store().Get(gctx, nonEmpty(keys))
+	vals, err := ck.d.eng.Store().Get(gctx, read)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint sentinels: %w", err)
 	}
-	vals = spread(keys, vals)
+	sv, mv := spread(keys, vals[:len(vals)/2]), spread(marks, vals[len(vals)/2:])
 	var out []Restore
 	var errs []error
 	for i, k := range keys {
 		if k == "" {
 			continue
 		}
-		if vals[i] != 0 && vals[i] == ck.known[k] {
+		if o == nil && sv[i] != 0 && sv[i] == ck.known[k] {
 			ck.lastOK[k] = at
+			if err := ck.markNode(ctx, marks[i], mv[i], sv[i]); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
-		r, err := ck.accept(ctx, topo, topo.Nodes[i], k, vals[i])
+		r, err := ck.accept(ctx, topo, topo.Nodes[i], k, sv[i], marks[i], mv[i], o)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -437,8 +519,10 @@ func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology
 
 // accept settles a sentinel that this process has not accepted as read:
 // it creates a missing one, compares it with the incarnation recorded in
-// the durable store, restores the node if it changed, and records it.
-func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, key string, v int64) (*Restore, error) {
+// the durable store, restores the node if it changed, and records it. It
+// refuses a node that looks lost but holds another store's mark, and with
+// o records nothing.
+func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, key string, v int64, markKey string, mark int64, o *RebuildOptions) (*Restore, error) {
 	mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	data, err := ck.d.be.LoadMeta(mctx, sentinelPrefix+key)
 	cancel()
@@ -452,16 +536,40 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 			return nil, fmt.Errorf("sentinel %s: bad record %q: %w", key, data, store.ErrNotInteger)
 		}
 	}
-	if v == 0 {
+	lost := v != recorded && (recorded != 0 || ck.known[key] != 0)
+	if lost && ck.mark != 0 && v != 0 && mark == 0 {
+		// The mark may have been read before the sentinel; its creator
+		// wrote the mark first, so read it again after.
+		gctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+		vals, err := ck.d.eng.Store().Get(gctx, []string{markKey})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("store mark %s: %w", markKey, err)
+		}
+		mark = vals[0]
+	}
+	if lost && ck.mark != 0 && ((mark != 0 && mark != ck.mark) || (v != 0 && mark == 0)) {
+		return nil, fmt.Errorf("node %s holds incarnation %d, the store recorded %d, and the node is marked by another store: %w", node, v, recorded, ErrForeignStore)
+	}
+	dry := o != nil && o.DryRun
+	if !dry {
+		if err := ck.markNode(ctx, markKey, mark, recorded); err != nil {
+			return nil, err
+		}
+	}
+	if v == 0 && !dry {
 		if v, err = ck.createSentinel(ctx, key, recorded); err != nil {
 			return nil, err
 		}
 	}
 	var r *Restore
-	if v != recorded && (recorded != 0 || ck.known[key] != 0) {
-		if r, err = ck.restore(ctx, topo, node, v, ck.lastOK[key]); err != nil {
+	if lost {
+		if r, err = ck.restore(ctx, topo, node, v, ck.lastOK[key], o); err != nil {
 			return nil, err
 		}
+	}
+	if o != nil {
+		return r, nil // limited or dry: the next full round records it
 	}
 	if v != recorded {
 		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
@@ -473,6 +581,17 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 	}
 	ck.known[key] = v
 	return r, nil
+}
+
+// repair checks every node for a loss for a limited or dry Rebuild.
+func (ck *checkpointer) repair(ctx context.Context, o RebuildOptions) ([]Restore, error) {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	topo, err := ck.topology(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ck.checkSentinels(ctx, topo, &o)
 }
 
 // createSentinel writes a random incarnation to a missing sentinel, once,

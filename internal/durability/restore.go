@@ -3,19 +3,25 @@ package durability
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
 
 // restore adds back every sub-counter checkpoint of node, each guarded by
 // a token of the incarnation inc, so it counts once however often it runs.
+// First it restores the label-set records the node held (from the durable
+// store, or from the labels that have checkpoints), so that every reader
+// sums the restored sub-counters. With o (a limited or dry Rebuild) only
+// o's counters are restored, and with o.DryRun nothing is written.
 //
 // The loss estimate assumes the node was lost one interval after it was
 // last seen intact (lastOK), or at detection if that is sooner.
-func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node string, inc int64, lastOK time.Time) (*Restore, error) {
+func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node string, inc int64, lastOK time.Time, o *RebuildOptions) (*Restore, error) {
 	d := ck.d
 	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	cps, err := ck.d.be.ListCheckpoints(lctx, "{")
@@ -28,13 +34,46 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 	if !lastOK.IsZero() && lastOK.Add(d.cfg.CheckpointInterval).Before(now) {
 		lostAt = lastOK.Add(d.cfg.CheckpointInterval)
 	}
-	r := &Restore{Node: node, Incarnation: inc, At: now}
+	r := &Restore{Node: node, Incarnation: inc, At: now, Partial: o != nil && o.limited(), DryRun: o != nil && o.DryRun}
+	if o != nil {
+		cps = slices.DeleteFunc(cps, func(cp durable.Checkpoint) bool {
+			key, _, ok := keyspace.ParseSubKey(cp.Key)
+			return !ok || !o.match(key)
+		})
+	}
+	if err := ck.restoreMetas(ctx, topo, node, cps, r); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", node, err)
+	}
 	tok := strconv.FormatInt(inc, 10)
 	var ops []store.IncrOp
 	var ages []time.Duration
 	var loss float64
 	flush := func() error {
 		if len(ops) == 0 {
+			return nil
+		}
+		if r.DryRun {
+			// Count only the ops whose token is unused: the others were
+			// applied already (a token is stored as 1).
+			toks := make([]string, len(ops))
+			for i, op := range ops {
+				toks[i] = op.TokenKey
+			}
+			gctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+			used, err := d.eng.Store().Get(gctx, toks)
+			cancel()
+			if err != nil {
+				return err
+			}
+			for i, op := range ops {
+				if used[i] != 0 {
+					continue
+				}
+				r.Keys++
+				r.Amount += op.Delta
+				r.Window = max(r.Window, ages[i])
+			}
+			ops, ages = ops[:0], ages[:0]
 			return nil
 		}
 		ictx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
@@ -78,6 +117,9 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		return nil, fmt.Errorf("restore %s: %w", node, err)
 	}
 	r.EstimatedLoss = int64(loss)
+	if r.DryRun {
+		return r, nil
+	}
 	for _, subs := range ck.saved { // the node's values changed under us
 		for sub := range subs {
 			if topo.NodeOf(sub) == node {
@@ -93,4 +135,38 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		ck.restores = ck.restores[len(ck.restores)-maxRestores:]
 	}
 	return r, nil
+}
+
+// restoreMetas restores the label-set records that node held, of the
+// counters with a non-zero checkpoint in cps, before their values come
+// back.
+func (ck *checkpointer) restoreMetas(ctx context.Context, topo *store.Topology, node string, cps []durable.Checkpoint, r *Restore) error {
+	mm := ck.d.eng.Meta()
+	if mm == nil {
+		return nil
+	}
+	labels := map[string][]string{}
+	var keys []string
+	for _, cp := range cps {
+		k, label, ok := keyspace.ParseSubKey(cp.Key)
+		if !ok || cp.Total == 0 || topo.NodeOf(keyspace.MetaKey(k)) != node {
+			continue
+		}
+		if labels[k] == nil {
+			keys = append(keys, k)
+		}
+		labels[k] = append(labels[k], label)
+	}
+	for _, k := range keys {
+		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+		ok, err := mm.RestoreRecord(mctx, k, labels[k], r.DryRun)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if ok {
+			r.Metas++
+		}
+	}
+	return nil
 }
