@@ -281,3 +281,90 @@ func testRollupPerKey(t *testing.T, open func(t *testing.T) durable.Backend, old
 	}
 	wantExact(t, b, "j", 15)
 }
+
+// testMetaBatch: LoadMetas reads many records in one call and DeleteMeta
+// removes a record for good (LoadMeta: ErrNotFound, not an empty record).
+func testMetaBatch(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	must(t, b.SaveMeta(ctx, "a", []byte("A")))
+	must(t, b.SaveMeta(ctx, "b", []byte("B")))
+	must(t, b.SaveMeta(ctx, "e", []byte{}))
+	got, err := b.LoadMetas(ctx, []string{"a", "b", "c", "e"})
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(map[string][]byte{"a": []byte("A"), "b": []byte("B"), "e": {}}) {
+		t.Fatalf("LoadMetas = %q", got)
+	}
+	must(t, b.DeleteMeta(ctx, "a"))
+	must(t, b.DeleteMeta(ctx, "never"))
+	if _, err := b.LoadMeta(ctx, "a"); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("LoadMeta after DeleteMeta err = %v, want ErrNotFound", err)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Rows["meta"] != 2 {
+		t.Fatalf("meta rows after DeleteMeta = %d, want 2", st.Rows["meta"])
+	}
+}
+
+// testDeadlines: SetDeadline records, replaces (unless onlyNew) and
+// removes deadlines; DueDeadlines returns the passed ones, oldest first up
+// to the limit; ClearCounter removes the record.
+func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	t0 := clock.Start
+	must(t, b.SetDeadline(ctx, "a", t0.Add(time.Second), false))
+	must(t, b.SetDeadline(ctx, "b", t0.Add(2*time.Second), false))
+	must(t, b.SetDeadline(ctx, "c", t0.Add(time.Hour), false))
+	must(t, b.SetDeadline(ctx, "b", t0.Add(3*time.Second), true)) // kept: 2 s
+	must(t, b.SetDeadline(ctx, "d", t0.Add(time.Second), false))
+	must(t, b.SetDeadline(ctx, "d", time.Time{}, false)) // removed
+	due := func(now time.Time, limit int) string {
+		t.Helper()
+		m, err := b.DueDeadlines(ctx, now, limit)
+		must(t, err)
+		out := ""
+		for _, k := range []string{"a", "b", "c", "d"} {
+			if at, ok := m[k]; ok {
+				out += fmt.Sprintf("%s@%v ", k, at.Sub(t0))
+			}
+		}
+		return out
+	}
+	if got := due(t0.Add(time.Minute), 10); got != "a@1s b@2s " {
+		t.Fatalf("due = %q", got)
+	}
+	if got := due(t0.Add(time.Minute), 1); got != "a@1s " {
+		t.Fatalf("due, limit 1 = %q", got)
+	}
+	must(t, b.SetDeadline(ctx, "a", t0.Add(2*time.Hour), false)) // replaced
+	must(t, b.ClearCounter(ctx, "b", t0.Add(2*time.Second)))
+	if got := due(t0.Add(3*time.Hour), 10); got != "a@2h0m0s c@1h0m0s " {
+		t.Fatalf("due after replace and clear = %q", got)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Rows["deadlines"] != 2 {
+		t.Fatalf("deadlines rows = %d, want 2", st.Rows["deadlines"])
+	}
+}
+
+// testClearKeepsLater: a clear as of a past moment (an expiry cleaned up
+// late) keeps the events appended after it, and their key still gets its
+// overflow checks.
+func testClearKeepsLater(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	t0 := clock.Start
+	appendOK(t, b, durable.Event{Key: "k", Delta: 5, ID: "1", At: t0.Add(-time.Minute)})
+	appendOK(t, b, durable.Event{Key: "k", Delta: 7, ID: "2", At: t0.Add(time.Minute)})
+	must(t, b.ClearCounter(ctx, "k", t0))
+	wantExact(t, b, "k", 7)
+	appendOK(t, b, durable.Event{Key: "k", Delta: math.MaxInt64 - 7, ID: "3", At: t0.Add(2 * time.Minute)})
+	res := appendRes(t, b, durable.Event{Key: "k", Delta: 1, ID: "4", At: t0.Add(3 * time.Minute)})
+	if !errors.Is(res[0].Err, store.ErrOverflow) {
+		t.Fatalf("increment past int64 after a partial clear: %v, want ErrOverflow", res[0].Err)
+	}
+	wantExact(t, b, "k", math.MaxInt64)
+}

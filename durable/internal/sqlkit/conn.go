@@ -143,9 +143,10 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 		args []any
 	}{
 		{`DELETE FROM bounds WHERE key = $1`, []any{key}},
-		{`DELETE FROM events WHERE key = $1`, []any{key}},
+		{`DELETE FROM events WHERE key = $1 AND at_ns <= $2`, []any{key, Nanos(at)}},
 		{`DELETE FROM totals WHERE key = $1`, []any{key}},
 		{`DELETE FROM meta WHERE key = $1`, []any{key}},
+		{`DELETE FROM deadlines WHERE key = $1`, []any{key}},
 		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1), []any{d.List(mine)}},
 		{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
 			ON CONFLICT (key) DO UPDATE SET cleared_ns = excluded.cleared_ns,
@@ -156,7 +157,83 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 			return err
 		}
 	}
-	return nil
+	return keepBound(ctx, tx, key)
+}
+
+// keepBound gives the log events of key that a clear kept (newer than it)
+// a magnitude bound again: the sum of their absolute deltas.
+func keepBound(ctx context.Context, tx Conn, key string) error {
+	var mag int64
+	found := false
+	var d int64
+	err := tx.Query(ctx, `SELECT delta FROM events WHERE key = $1`, []any{key}, func(scan func(...any) error) error {
+		if err := scan(&d); err != nil {
+			return err
+		}
+		found = true
+		mag = AddSat(mag, Abs(d))
+		return nil
+	})
+	if err != nil || !found {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO bounds (key, stripe, mag) VALUES ($1, 0, $2)`, key, mag)
+	return err
+}
+
+// LoadMetas returns the data under keys.
+func LoadMetas(ctx context.Context, c Conn, d Dialect, keys []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var k string
+	err := c.Query(ctx, `SELECT key, data FROM meta WHERE `+d.In("key", 1), []any{d.List(keys)},
+		func(scan func(...any) error) error {
+			var data []byte
+			if err := scan(&k, &data); err != nil {
+				return err
+			}
+			if data == nil {
+				data = []byte{}
+			}
+			out[k] = data
+			return nil
+		})
+	return out, err
+}
+
+// SetDeadline records (zero at: removes) the deadline of counter key.
+func SetDeadline(ctx context.Context, c Conn, key string, at time.Time, onlyNew bool) error {
+	if at.IsZero() {
+		_, err := c.Exec(ctx, `DELETE FROM deadlines WHERE key = $1`, key)
+		return err
+	}
+	q := `INSERT INTO deadlines (key, at_ns) VALUES ($1, $2) ON CONFLICT (key) DO `
+	if onlyNew {
+		q += `NOTHING`
+	} else {
+		q += `UPDATE SET at_ns = excluded.at_ns`
+	}
+	_, err := c.Exec(ctx, q, key, Nanos(at))
+	return err
+}
+
+// DueDeadlines returns up to limit deadlines at or before now, oldest
+// first.
+func DueDeadlines(ctx context.Context, c Conn, now time.Time, limit int) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	var k string
+	var at int64
+	err := c.Query(ctx, `SELECT key, at_ns FROM deadlines WHERE at_ns <= $1 ORDER BY at_ns LIMIT $2`,
+		[]any{Nanos(now), limit}, func(scan func(...any) error) error {
+			if err := scan(&k, &at); err != nil {
+				return err
+			}
+			out[k] = FromNanos(at)
+			return nil
+		})
+	return out, err
 }
 
 // LoadCheckpoints returns the checkpoints of keys.
@@ -308,6 +385,44 @@ func (c *Common) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	}
 	data, err := LoadMeta(ctx, c.cfg.Read, key)
 	return data, c.cfg.Wrap("load meta", err)
+}
+
+// LoadMetas implements durable.Meta.
+func (c *Common) LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := LoadMetas(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("load metas", err)
+}
+
+// DeleteMeta implements durable.Meta.
+func (c *Common) DeleteMeta(ctx context.Context, key string) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	_, err := c.cfg.Write.Exec(ctx, `DELETE FROM meta WHERE key = $1`, key)
+	return c.cfg.Wrap("delete meta", err)
+}
+
+// SetDeadline implements durable.Lifecycle.
+func (c *Common) SetDeadline(ctx context.Context, key string, at time.Time, onlyNew bool) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	if err := ClearKey(key); err != nil {
+		return err
+	}
+	return c.cfg.Wrap("set deadline", SetDeadline(ctx, c.cfg.Write, key, at, onlyNew))
+}
+
+// DueDeadlines implements durable.Lifecycle.
+func (c *Common) DueDeadlines(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := DueDeadlines(ctx, c.cfg.Read, now, limit)
+	return m, c.cfg.Wrap("due deadlines", err)
 }
 
 // Tombstones implements durable.Lifecycle.
