@@ -88,7 +88,7 @@
 //
 // # Deadlines
 //
-// SetDeadline records when a counter expires (table deadlines); a counter
+// SetDeadlines records when counters expire (table deadlines); a counter
 // whose deadline passed is cleared by the clean-up pass of its user
 // (internal/durability), which DueDeadlines feeds. ClearCounter removes the
 // record.
@@ -321,10 +321,11 @@ type Lifecycle interface {
 	// Prune forgets IDs older than the dedup window and removes tombstones
 	// older than their retention, each in its own statement.
 	Prune(ctx context.Context) (PruneReport, error)
-	// SetDeadline records that counter key is gone from at on (zero at:
-	// removes the record). With onlyNew, an existing record is kept: an
-	// estimate never replaces a deadline that was set exactly.
-	SetDeadline(ctx context.Context, key string, at time.Time, onlyNew bool) error
+	// SetDeadlines records, for every counter key of deadlines, that it
+	// is gone from its time on (a zero time removes the record), in one
+	// transaction. With onlyNew, existing records are kept: an estimate
+	// never replaces a deadline that was set exactly.
+	SetDeadlines(ctx context.Context, deadlines map[string]time.Time, onlyNew bool) error
 	// DueDeadlines returns up to limit deadline records at or before now,
 	// oldest first.
 	DueDeadlines(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)

@@ -307,25 +307,30 @@ func testMetaBatch(t *testing.T, open func(t *testing.T) durable.Backend) {
 	}
 }
 
-// testDeadlines: SetDeadline records, replaces (unless onlyNew) and
+// testDeadlines: SetDeadlines records, replaces (unless onlyNew) and
 // removes deadlines; DueDeadlines returns the passed ones, oldest first up
 // to the limit; ClearCounter removes the record.
 func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
 	b := openT(t, open)
 	ctx := ctxT(t)
 	t0 := clock.Start
-	must(t, b.SetDeadline(ctx, "a", t0.Add(time.Second), false))
-	must(t, b.SetDeadline(ctx, "b", t0.Add(2*time.Second), false))
-	must(t, b.SetDeadline(ctx, "c", t0.Add(time.Hour), false))
-	must(t, b.SetDeadline(ctx, "b", t0.Add(3*time.Second), true)) // kept: 2 s
-	must(t, b.SetDeadline(ctx, "d", t0.Add(time.Second), false))
-	must(t, b.SetDeadline(ctx, "d", time.Time{}, false)) // removed
+	set := func(onlyNew bool, kv ...any) {
+		t.Helper()
+		m := map[string]time.Time{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1].(time.Time)
+		}
+		must(t, b.SetDeadlines(ctx, m, onlyNew))
+	}
+	set(false, "a", t0.Add(time.Second), "b", t0.Add(2*time.Second), "c", t0.Add(time.Hour), "d", t0.Add(time.Second))
+	set(true, "b", t0.Add(3*time.Second), "e", t0.Add(4*time.Second)) // b kept at 2 s; e new
+	set(false, "d", time.Time{}, "e", time.Time{})                    // removed
 	due := func(now time.Time, limit int) string {
 		t.Helper()
 		m, err := b.DueDeadlines(ctx, now, limit)
 		must(t, err)
 		out := ""
-		for _, k := range []string{"a", "b", "c", "d"} {
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
 			if at, ok := m[k]; ok {
 				out += fmt.Sprintf("%s@%v ", k, at.Sub(t0))
 			}
@@ -338,7 +343,7 @@ func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
 	if got := due(t0.Add(time.Minute), 1); got != "a@1s " {
 		t.Fatalf("due, limit 1 = %q", got)
 	}
-	must(t, b.SetDeadline(ctx, "a", t0.Add(2*time.Hour), false)) // replaced
+	set(false, "a", t0.Add(2*time.Hour)) // replaced
 	must(t, b.ClearCounter(ctx, "b", t0.Add(2*time.Second)))
 	if got := due(t0.Add(3*time.Hour), 10); got != "a@2h0m0s c@1h0m0s " {
 		t.Fatalf("due after replace and clear = %q", got)

@@ -405,15 +405,14 @@ func (c *Common) DeleteMeta(ctx context.Context, key string) error {
 	return c.cfg.Wrap("delete meta", err)
 }
 
-// SetDeadline implements durable.Lifecycle.
-func (c *Common) SetDeadline(ctx context.Context, key string, at time.Time, onlyNew bool) error {
-	if err := Check(c); err != nil {
-		return err
+// CheckDeadlines validates the keys of SetDeadlines.
+func CheckDeadlines(deadlines map[string]time.Time) error {
+	for k := range deadlines {
+		if err := ClearKey(k); err != nil {
+			return err
+		}
 	}
-	if err := ClearKey(key); err != nil {
-		return err
-	}
-	return c.cfg.Wrap("set deadline", SetDeadline(ctx, c.cfg.Write, key, at, onlyNew))
+	return nil
 }
 
 // DueDeadlines implements durable.Lifecycle.
