@@ -36,6 +36,8 @@ type (
 	// RebuildReport is the outcome of Rebuild (see
 	// durability.RebuildReport).
 	RebuildReport = durability.RebuildReport
+	// CleanupReport is the outcome of Client.Cleanup.
+	CleanupReport = durability.CleanupReport
 	// Namespace holds the settings of the counters whose keys start with
 	// a prefix (see ns.Namespace).
 	Namespace = ns.Namespace

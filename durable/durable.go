@@ -80,9 +80,11 @@
 // alone) and its metadata. It records a tombstone (key → at): a later
 // SaveCheckpoints of a sub-counter of that key read at or before at is
 // ignored, so a slow process cannot bring a cleared counter back. Log events
-// after at (increments of the counter that started again after a deadline,
-// when the clean-up runs late) are kept, and so is the magnitude bound of
-// their key. Its IDs are kept: a retry of an increment acknowledged before
+// and checkpoints after at (of the counter that started again after a
+// deadline, when the clean-up runs late) are kept, and so is the magnitude
+// bound of the kept events. The tombstone's retention counts from at when
+// at is in the past, since a checkpoint read at or before at is saved
+// within the retention after it. Its IDs are kept: a retry of an increment acknowledged before
 // the clear is still a duplicate. Tombstones are pruned after
 // TombstoneRetention.
 //
@@ -311,9 +313,10 @@ type Meta interface {
 // Lifecycle removes what is no longer needed and measures what is held.
 type Lifecycle interface {
 	// ClearCounter removes, atomically, the rollup total, the log events
-	// at or before at, sub-counter checkpoints, metadata and deadline
-	// record of counter key, and records a tombstone key → at (the latest
-	// at wins). IDs are kept.
+	// and sub-counter checkpoints at or before at, the metadata and the
+	// deadline record of counter key, and records a tombstone key → at
+	// (the latest at wins), kept for the tombstone retention after at (or
+	// after now, when at is later). IDs are kept.
 	ClearCounter(ctx context.Context, key string, at time.Time) error
 	// Tombstones returns the tombstones of keys; keys never cleared, or
 	// whose tombstone was pruned, are absent.

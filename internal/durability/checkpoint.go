@@ -136,6 +136,8 @@ type checkpointer struct {
 	ntracked  atomic.Int64
 	untracked atomic.Uint64
 	kick      chan struct{}
+	clearedMu sync.Mutex
+	clears    []string // counters cleared since the last round
 
 	mu       sync.Mutex                    // one round at a time; guards the fields below
 	saved    map[string]map[string]savedCP // counter key → sub-key → last save
@@ -197,6 +199,35 @@ func (ck *checkpointer) touch(key string) {
 		return
 	}
 	ck.ntracked.Add(1)
+}
+
+// cleared notes that counter key was cleared in the store: the next round
+// forgets what this process saved of it, and saves none of its
+// sub-counters that read 0 (the cleared value) until one is written again,
+// so that a cleared counter leaves no rows.
+func (ck *checkpointer) cleared(key string) {
+	ck.clearedMu.Lock()
+	ck.clears = append(ck.clears, key)
+	ck.clearedMu.Unlock()
+}
+
+// takeClears applies the clears noted since it last ran and returns
+// their counters; ck.mu is held.
+func (ck *checkpointer) takeClears() map[string]bool {
+	ck.clearedMu.Lock()
+	keys := ck.clears
+	ck.clears = nil
+	ck.clearedMu.Unlock()
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+		if _, watched := ck.touched.Load(k); watched {
+			ck.saved[k] = map[string]savedCP{} // known, with nothing saved
+		} else {
+			delete(ck.saved, k)
+		}
+	}
+	return out
 }
 
 func (ck *checkpointer) stats(s *Stats) {
@@ -325,10 +356,12 @@ func (ck *checkpointer) watched() []string {
 // node kept its accepted incarnation.
 func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []string) (saved, skipped int, err error) {
 	d := ck.d
+	ck.takeClears()
 	reads, sent, at, err := d.eng.Read(ctx, keys, nonEmpty(ck.sentKeys))
 	if err != nil {
 		return 0, 0, fmt.Errorf("checkpoint read: %w", err)
 	}
+	clearedNow := ck.takeClears() // during the read: its reading is not saved
 	sent = spread(ck.sentKeys, sent)
 	intact := make([]bool, len(ck.sentKeys))
 	for i, k := range ck.sentKeys {
@@ -339,13 +372,20 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	var cps []durable.Checkpoint
 	for _, r := range reads {
+		if clearedNow[r.Key] {
+			continue
+		}
 		for j, sub := range r.Subs {
 			v := r.Values[j]
 			if !intact[topo.Owner[keyspace.Slot(sub)]] {
 				continue
 			}
-			if old, ok := ck.saved[r.Key][sub]; ok && old.v == v {
+			old, ok := ck.saved[r.Key][sub]
+			if ok && old.v == v {
 				continue
+			}
+			if !ok && v == 0 && ck.saved[r.Key] != nil {
+				continue // cleared here, not written since
 			}
 			cps = append(cps, durable.Checkpoint{Key: sub, Total: v, At: at})
 		}

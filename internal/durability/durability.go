@@ -72,6 +72,9 @@ type Config struct {
 	// OnRestore, when set, is called after a node's fast-mode counters
 	// were restored.
 	OnRestore func(Restore)
+	// CleanupInterval is how often the clean-up pass runs (gc.go); 0
+	// means DefaultCleanupInterval.
+	CleanupInterval time.Duration
 	// Observe, when set, is told how long each group commit ("commit"),
 	// checkpoint round ("checkpoint") and rollup ("rollup") took.
 	Observe func(op string, d time.Duration)
@@ -93,6 +96,7 @@ type Service struct {
 	closed bool
 
 	ck checkpointer
+	gc gc
 
 	viewMisses atomic.Uint64 // committed increments the buffer refused
 	rollups    atomic.Uint64
@@ -111,7 +115,10 @@ func New(cfg Config) (*Service, error) {
 	d0 := &observer{f: cfg.Observe}
 	if cfg.Backend == nil || cfg.Engine == nil || cfg.Clock == nil || cfg.Rand == nil ||
 		cfg.CheckpointInterval <= 0 || cfg.RollupAge <= 0 || cfg.Timeout <= 0 {
-		return nil, errors.New("durability: every Config field but OnRestore is required")
+		return nil, errors.New("durability: every Config field but OnRestore, CleanupInterval and Observe is required")
+	}
+	if cfg.CleanupInterval <= 0 {
+		cfg.CleanupInterval = DefaultCleanupInterval
 	}
 	d := &Service{obs: d0, cfg: cfg, be: cfg.Backend, eng: cfg.Engine, ns: cfg.Engine.Namespaces(), stop: make(chan struct{})}
 	d.ck.init(d)
@@ -125,8 +132,9 @@ func New(cfg Config) (*Service, error) {
 		d.loops.Add(1)
 		go d.rollupLoop(cfg.Clock.NewTicker(min(max(cfg.RollupAge/4, time.Second), time.Minute)))
 	}
-	d.loops.Add(1)
+	d.loops.Add(2)
 	go d.checkpointLoop(cfg.Clock.NewTicker(cfg.CheckpointInterval))
+	go d.cleanupLoop(cfg.Clock.NewTicker(cfg.CleanupInterval))
 	return d, nil
 }
 
@@ -152,8 +160,12 @@ func (d *Service) Startup(ctx context.Context) error {
 // commitTimeout bounds one group commit: a few backend round trips.
 func commitTimeout(t time.Duration) time.Duration { return max(5*t, durable.DefaultCommitTimeout) }
 
-// Touch notes a fast-mode increment of key for the next checkpoint.
-func (d *Service) Touch(key string) { d.ck.touch(key) }
+// Touch notes a fast-mode increment of key for the next checkpoint (and,
+// in a namespace with a TTL, for its deadline estimate).
+func (d *Service) Touch(n *ns.Namespace, key string) {
+	d.ck.touch(key)
+	d.noteTTL(n, key)
+}
 
 // Commit appends one durable-mode event, waits for its batch to commit and
 // hands the delta to the engine's buffer. A duplicate id is acknowledged
@@ -180,6 +192,7 @@ func (d *Service) Commit(ctx context.Context, n *ns.Namespace, key string, delta
 	if dup {
 		return nil
 	}
+	d.noteTTL(n, key)
 	// The increment is durable: from here on it is acknowledged whatever
 	// the cache view does. A delta the buffer refuses is missing from the
 	// view until Rebuild, and counted.
@@ -207,15 +220,6 @@ func (d *Service) Exact(ctx context.Context, key string) (int64, error) {
 		return 0, fmt.Errorf("exact %q: %w", key, err)
 	}
 	return v, nil
-}
-
-// Cleared notes that a counter's sub-counters were deleted, so that a
-// fast-mode counter's next checkpoint records the cleared value (else a
-// later restore would bring the old one back).
-func (d *Service) Cleared(key string) {
-	if d.ns.Lookup(key).Mode != ns.ModeDurable {
-		d.ck.touch(key)
-	}
 }
 
 // CloseLog drains the committer: every accepted increment is committed and
@@ -325,6 +329,9 @@ type Stats struct {
 	// RestoredKeys and RestoredAmount sum their Keys and Amount.
 	Restores, RestoredKeys uint64
 	RestoredAmount         int64
+	// GC counts clears and the clean-up of expired counters, and holds
+	// the store's size (see GCStats).
+	GC GCStats
 }
 
 // Stats returns the running totals.
@@ -337,6 +344,7 @@ func (d *Service) Stats() Stats {
 	s.ViewMisses = d.viewMisses.Load()
 	s.Rollups, s.Folded, s.RollupErrors = d.rollups.Load(), d.folded.Load(), d.rollupErrs.Load()
 	d.ck.stats(&s)
+	s.GC = d.gcStats()
 	return s
 }
 

@@ -122,8 +122,12 @@ func Tombstones(ctx context.Context, c Conn, d Dialect, keys []string) (map[stri
 	return out, err
 }
 
-// Clear removes everything of counter key but its IDs and records its
-// tombstone, within the caller's transaction. Its bounds rows go first: in
+// Clear removes everything of counter key as of at but its IDs and
+// records its tombstone, within the caller's transaction. Log events and
+// checkpoints newer than at stay. The tombstone's retention counts from at
+// when at is in the past: a checkpoint read at or before at is saved
+// within the retention after it, so a clear made later than that needs no
+// tombstone kept for long. Its bounds rows go first: in
 // PostgreSQL that waits for the batches of the key in flight, so that the
 // deletes of its log rows that follow see them.
 func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time) error {
@@ -147,11 +151,12 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 		{`DELETE FROM totals WHERE key = $1`, []any{key}},
 		{`DELETE FROM meta WHERE key = $1`, []any{key}},
 		{`DELETE FROM deadlines WHERE key = $1`, []any{key}},
-		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1), []any{d.List(mine)}},
+		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1) + ` AND at_ns <= $2`, []any{d.List(mine), Nanos(at)}},
 		{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
-			ON CONFLICT (key) DO UPDATE SET cleared_ns = excluded.cleared_ns,
+			ON CONFLICT (key) DO UPDATE SET
+				cleared_ns = CASE WHEN excluded.cleared_ns > clears.cleared_ns THEN excluded.cleared_ns ELSE clears.cleared_ns END,
 				at_ns = CASE WHEN excluded.at_ns > clears.at_ns THEN excluded.at_ns ELSE clears.at_ns END`,
-			[]any{key, Nanos(at), now.UnixNano()}},
+			[]any{key, Nanos(at), min(now.UnixNano(), Nanos(at))}},
 	} {
 		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 			return err
