@@ -11,6 +11,7 @@ import (
 	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/internal/ns"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Clears, deadlines and the clean-up pass.
@@ -60,8 +61,10 @@ type CleanupReport struct {
 	// Errors is the number of counters the pass could not settle (left
 	// for the next pass).
 	Errors int
-	// Store is the store's size after the pass.
+	// Store is the durable store's size after the pass; Cache what each
+	// cache node holds (when the cache can tell: Redis).
 	Store durable.Stats
+	Cache []store.NodeUsage
 }
 
 // gc is the clean-up state of a Service.
@@ -76,6 +79,7 @@ type gc struct {
 	clears, clearErrs, notes, prunedIDs, pTS atomic.Uint64
 	lastPass                                 atomic.Int64
 	store                                    atomic.Pointer[durable.Stats]
+	cache                                    atomic.Pointer[[]store.NodeUsage]
 }
 
 // noteTTL notes a write of key, for the deadline estimate of a counter in
@@ -200,6 +204,14 @@ func (d *Service) Cleanup(ctx context.Context) (CleanupReport, error) {
 	} else {
 		rep.Store = st
 		d.gc.store.Store(&st)
+	}
+	if u, ok := d.eng.Store().(store.Usager); ok {
+		if nodes, err := u.Usage(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("measure the cache: %w", err))
+		} else {
+			rep.Cache = nodes
+			d.gc.cache.Store(&nodes)
+		}
 	}
 	d.gc.passes.Add(1)
 	d.gc.expired.Add(uint64(rep.Expired))
@@ -337,6 +349,9 @@ type GCStats struct {
 	// by the last pass (nil and 0 before it).
 	StoreRows  map[string]int64
 	StoreBytes int64
+	// Cache is what each cache node held at the last pass (nil before
+	// it, or when the cache cannot tell).
+	Cache []store.NodeUsage
 }
 
 func (d *Service) gcStats() GCStats {
@@ -355,6 +370,9 @@ func (d *Service) gcStats() GCStats {
 	g.mu.Unlock()
 	if st := g.store.Load(); st != nil {
 		s.StoreRows, s.StoreBytes = st.Rows, st.Bytes
+	}
+	if c := g.cache.Load(); c != nil {
+		s.Cache = *c
 	}
 	return s
 }
