@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/keyspace"
 )
@@ -293,5 +294,35 @@ func TestClearNotRestoredFromCheckpoint(t *testing.T) {
 				t.Fatalf("a checkpoint after the clear saved %d rows of the cleared counter", cps)
 			}
 		})
+	}
+}
+
+// TestCheckpointSavesAfterALongGap: a counter written, then no checkpoint
+// round for longer than the watch keeps an idle counter (rounds failing
+// while the store is down, a paused process, a round slower than two
+// intervals): the next round must still save it. Before, that round
+// dropped the counter from the watch without ever saving it, so a cache
+// loss then lost it whole (the create-then-expire run left 21,441 of
+// 200,000 new counters without a checkpoint that way).
+func TestCheckpointSavesAfterALongGap(t *testing.T) {
+	ctx := context.Background()
+	be := pgStore(t)
+	clk := clock.NewFake()
+	c := durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Clock:      clk,
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Second, CleanupInterval: time.Hour},
+	})
+	key := uniqueKey(t)
+	if err := c.Incr(ctx, key, 7); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if _, err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cps, _, _, _ := rowsOf(t, be, []string{key}); cps != 1 {
+		t.Fatalf("%d checkpoints of a counter written before the gap, want 1", cps)
 	}
 }

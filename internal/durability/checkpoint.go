@@ -140,6 +140,7 @@ type checkpointer struct {
 	clears    []string // counters cleared since the last round
 
 	mu       sync.Mutex                    // one round at a time; guards the fields below
+	listed   int64                         // unix ns the last good round listed its counters (0: none yet)
 	saved    map[string]map[string]savedCP // counter key → sub-key → last save
 	known    map[string]int64              // sentinel key → accepted incarnation
 	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
@@ -269,6 +270,7 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 	if err != nil {
 		return rep, err
 	}
+	listed := ck.d.cfg.Clock.Now().UnixNano()
 	keys := ck.watched()
 	rep.Counters = len(keys)
 	for start := 0; start < len(keys); start += ckCounters {
@@ -279,6 +281,7 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 			return rep, err
 		}
 	}
+	ck.listed = listed
 	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
 	return rep, nil
 }
@@ -328,15 +331,20 @@ func (ck *checkpointer) watched() []string {
 	for _, iv := range d.ns.FlushIntervals() {
 		longest = max(longest, iv)
 	}
-	keep := 2*d.cfg.CheckpointInterval + max(longest, 500*time.Millisecond) + d.cfg.Timeout
-	cut := d.cfg.Clock.Now().Add(-keep).UnixNano()
+	slack := max(longest, 500*time.Millisecond) + d.cfg.Timeout
+	keep := 2*d.cfg.CheckpointInterval + slack
+	// A counter is kept until a good round listed it after its last touch
+	// (and its flush): idle time alone does not count, or a gap between
+	// good rounds (failing rounds, a slow one) would drop it unsaved.
+	cut := min(d.cfg.Clock.Now().Add(-keep).UnixNano(), ck.listed-int64(slack))
 	var keys []string
 	ck.touched.Range(func(k, v any) bool {
 		key := k.(string)
 		e := v.(*touchEntry)
 		at := e.at.Load()
 		if at != deadTouch && at < cut && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
-			// Idle since at least two rounds, which saved its last writes.
+			// Idle since at least two intervals, and a good round that
+			// started after its last writes saved them.
 			ck.touched.CompareAndDelete(key, v)
 			ck.ntracked.Add(-1)
 			for sub := range ck.saved[key] {
