@@ -380,7 +380,7 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	var cps []durable.Checkpoint
 	for _, r := range reads {
-		if clearedNow[r.Key] {
+		if clearedNow[r.Key] || (allZero(r.Values) && d.pastNote(r.Key, at)) {
 			continue
 		}
 		for j, sub := range r.Subs {
@@ -419,6 +419,16 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	ck.nsaved.Add(uint64(len(cps)))
 	return len(cps), skipped, nil
+}
+
+// allZero reports whether every value is 0.
+func allZero(vals []int64) bool {
+	for _, v := range vals {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // nonEmpty drops the "" entries (nodes without slots) from keys.

@@ -310,6 +310,11 @@ func (d *Service) settle(ctx context.Context, key string, rec, now time.Time) (a
 		// Redis has not expired yet): the next pass looks again.
 		return now.Add(d.cfg.CleanupInterval), true, nil
 	}
+	if exists && at.IsZero() && d.ns.Lookup(key).TTL > 0 {
+		// Persisted: in a namespace with a TTL every counter starts
+		// with a deadline, so this is the counter the record was for.
+		return time.Time{}, true, nil
+	}
 	end := rec
 	if ttl := d.ns.Lookup(key).TTL; exists && !at.IsZero() && ttl > 0 && at.Add(-ttl).Before(end) {
 		end = at.Add(-ttl)
@@ -324,6 +329,14 @@ func (d *Service) settle(ctx context.Context, key string, rec, now time.Time) (a
 		d.gc.noted.Delete(key)
 	}
 	return at, exists && !at.IsZero(), nil
+}
+
+// pastNote reports whether this process noted a deadline of key (an
+// estimate or an exact one) that at has reached: a reading of 0 then is
+// of an expired counter, and saving it would only leave a row behind.
+func (d *Service) pastNote(key string, at time.Time) bool {
+	v, ok := d.gc.noted.Load(key)
+	return ok && at.UnixNano() >= v.(int64)
 }
 
 // GCStats are the running totals of clears and of the clean-up pass, and
