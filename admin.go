@@ -104,6 +104,17 @@ func (c *Client) RebuildWith(ctx context.Context, o RebuildOptions) (RebuildRepo
 	return c.dur.RebuildWith(ctx, o)
 }
 
+// Cleanup runs a clean-up pass now (the Client also runs one every
+// Durability.CleanupInterval): it removes from the durable store what is
+// left of counters whose deadline passed, prunes IDs and tombstones past
+// their retention, and measures the store.
+func (c *Client) Cleanup(ctx context.Context) (CleanupReport, error) {
+	if err := c.checkDurable("cleanup"); err != nil {
+		return CleanupReport{}, err
+	}
+	return c.dur.Cleanup(ctx)
+}
+
 // Rollup folds the durable-mode events older than the rollup age into
 // their keys' totals now (the Client also does it in the background) and
 // returns how many events it folded.

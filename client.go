@@ -99,6 +99,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			Backend: s.Durability.Store, Engine: c.eng, CheckpointInterval: s.Durability.CheckpointInterval,
 			RollupAge: s.Durability.RollupAge, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
 			OnRestore: s.Durability.OnRestore, Observe: s.Observe, HealInterval: s.Durability.HealInterval,
+			CleanupInterval: s.Durability.CleanupInterval,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrConfig, err))
@@ -172,7 +173,7 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 	case id != "":
 		return fmt.Errorf("incr %q: %w", key, ErrNotDurable)
 	case c.dur != nil:
-		c.dur.Touch(key)
+		c.dur.Touch(n, key)
 	}
 	if n.Buffered {
 		return c.eng.Add(n, key, delta)
@@ -280,7 +281,8 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 		return err
 	}
 	if c.dur != nil {
-		c.dur.Cleared(key) // the next checkpoint saves the cleared value
+		// Recorded durably: no checkpoint restore or rebuild brings it back.
+		return c.dur.Cleared(ctx, key)
 	}
 	return nil
 }
@@ -296,8 +298,8 @@ func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, er
 		return false, err
 	}
 	existed, err := c.eng.Expire(ctx, key, at)
-	if err == nil && c.dur != nil {
-		c.dur.Cleared(key)
+	if err == nil && existed && c.dur != nil {
+		err = c.dur.Deadline(ctx, key, at) // a deadline not after now: a clear
 	}
 	return existed, err
 }
@@ -308,7 +310,11 @@ func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
 	}
-	return c.eng.Persist(ctx, key)
+	had, err := c.eng.Persist(ctx, key)
+	if err == nil && had && c.dur != nil {
+		err = c.dur.Deadline(ctx, key, time.Time{})
+	}
+	return had, err
 }
 
 // Deadline returns the deadline of key (zero: none) and whether the

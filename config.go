@@ -159,6 +159,10 @@ type DurabilityConfig struct {
 	// RollupAge is how old a durable-mode event must be before the
 	// rollup folds it into its counter's total; 0 means DefaultRollupAge.
 	RollupAge time.Duration
+	// CleanupInterval is how often the clean-up pass runs: it removes
+	// the store's rows of counters whose deadline passed and prunes IDs
+	// and tombstones past their retention. 0 means one minute.
+	CleanupInterval time.Duration
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
 	OnRestore func(Restore)

@@ -39,6 +39,8 @@ type (
 	// RebuildOptions limits Rebuild to some counters and asks for a dry
 	// run (see durability.RebuildOptions).
 	RebuildOptions = durability.RebuildOptions
+	// CleanupReport is the outcome of Client.Cleanup.
+	CleanupReport = durability.CleanupReport
 	// Namespace holds the settings of the counters whose keys start with
 	// a prefix (see ns.Namespace).
 	Namespace = ns.Namespace

@@ -79,9 +79,21 @@
 // matched exactly with keyspace.ParseSubKey, so clearing "a" leaves "a#b"
 // alone) and its metadata. It records a tombstone (key → at): a later
 // SaveCheckpoints of a sub-counter of that key read at or before at is
-// ignored, so a slow process cannot bring a cleared counter back. Its IDs
-// are kept: a retry of an increment acknowledged before the clear is still
-// a duplicate. Tombstones are pruned after TombstoneRetention.
+// ignored, so a slow process cannot bring a cleared counter back. Log events
+// and checkpoints after at (of the counter that started again after a
+// deadline, when the clean-up runs late) are kept, and so is the magnitude
+// bound of the kept events. The tombstone's retention counts from at when
+// at is in the past, since a checkpoint read at or before at is saved
+// within the retention after it. Its IDs are kept: a retry of an increment acknowledged before
+// the clear is still a duplicate. Tombstones are pruned after
+// TombstoneRetention.
+//
+// # Deadlines
+//
+// SetDeadlines records when counters expire (table deadlines); a counter
+// whose deadline passed is cleared by the clean-up pass of its user
+// (internal/durability), which DueDeadlines feeds. ClearCounter removes the
+// record.
 //
 // # Group commit
 //
@@ -290,13 +302,21 @@ type Meta interface {
 	SaveMeta(ctx context.Context, key string, data []byte) error
 	// LoadMeta returns the data under key, or ErrNotFound.
 	LoadMeta(ctx context.Context, key string) ([]byte, error)
+	// LoadMetas returns the data under keys in one query; keys without
+	// metadata are absent from the map.
+	LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error)
+	// DeleteMeta removes the metadata under key; a missing one is no
+	// error.
+	DeleteMeta(ctx context.Context, key string) error
 }
 
 // Lifecycle removes what is no longer needed and measures what is held.
 type Lifecycle interface {
-	// ClearCounter removes, atomically, the rollup total, log events,
-	// sub-counter checkpoints and metadata of counter key, and records a
-	// tombstone key → at (the latest at wins). IDs are kept.
+	// ClearCounter removes, atomically, the rollup total, the log events
+	// and sub-counter checkpoints at or before at, the metadata and the
+	// deadline record of counter key, and records a tombstone key → at
+	// (the latest at wins), kept for the tombstone retention after at (or
+	// after now, when at is later). IDs are kept.
 	ClearCounter(ctx context.Context, key string, at time.Time) error
 	// Tombstones returns the tombstones of keys; keys never cleared, or
 	// whose tombstone was pruned, are absent.
@@ -304,6 +324,14 @@ type Lifecycle interface {
 	// Prune forgets IDs older than the dedup window and removes tombstones
 	// older than their retention, each in its own statement.
 	Prune(ctx context.Context) (PruneReport, error)
+	// SetDeadlines records, for every counter key of deadlines, that it
+	// is gone from its time on (a zero time removes the record), in one
+	// transaction. With onlyNew, existing records are kept: an estimate
+	// never replaces a deadline that was set exactly.
+	SetDeadlines(ctx context.Context, deadlines map[string]time.Time, onlyNew bool) error
+	// DueDeadlines returns up to limit deadline records at or before now,
+	// oldest first.
+	DueDeadlines(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
 	// Stats counts the rows of every table and the bytes the store holds.
 	// It reads every table: call it at the pace of a metrics scrape, not
 	// per request.

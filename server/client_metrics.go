@@ -122,6 +122,28 @@ var clientMetrics = []clientMetric{
 		func(s *hotcount.Stats) float64 { return float64(s.Counters.Cold) }),
 	counter("hotcount_counters_expired_total", "Counters this process removed at or past their deadline.",
 		func(s *hotcount.Stats) float64 { return float64(s.Counters.Expired) }),
+	counter("hotcount_durable_clears_total", "Clears (and expiries at once) recorded in the durable store.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Clears) }),
+	counter("hotcount_durable_clear_errors_total", "Clears the durable store failed to record (the cache was cleared; the call returned the error).",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.ClearErrors) }),
+	counter("hotcount_cleanup_passes_total", "Clean-up passes of the durable store.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Passes) }),
+	counter("hotcount_cleanup_errors_total", "Clean-up passes that failed, in whole or in part.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PassErrors) }),
+	counter("hotcount_cleanup_expired_counters_total", "Expired counters the clean-up pass cleared from the durable store.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Expired) }),
+	counter("hotcount_cleanup_moved_deadlines_total", "Deadline records the clean-up pass moved to a later deadline (the counter lives on).",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Moved) }),
+	counter("hotcount_cleanup_unsettled_total", "Counters a clean-up pass could not settle (left for the next pass).",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Errors) }),
+	counter("hotcount_cleanup_noted_deadlines_total", "Deadline estimates (counters of a namespace with a TTL) written to the durable store.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Noted) }),
+	gauge("hotcount_cleanup_pending_deadlines", "Deadline estimates waiting for the next clean-up pass.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Pending) }),
+	counter("hotcount_durable_pruned_ids_total", "Idempotency ids pruned past the dedup window.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PrunedIDs) }),
+	counter("hotcount_durable_pruned_tombstones_total", "Tombstones of cleared counters pruned past their retention.",
+		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PrunedTombstones) }),
 }
 
 // clientCollector exports the Client's stats and measurements at scrape
@@ -133,6 +155,11 @@ type clientCollector struct {
 	lastCkpt   *prometheus.Desc
 	cacheUp    *prometheus.Desc
 	nodeBudget *prometheus.Desc
+	lastClean  *prometheus.Desc
+	storeRows  *prometheus.Desc
+	storeBytes *prometheus.Desc
+	cacheKeys  *prometheus.Desc
+	cacheBytes *prometheus.Desc
 }
 
 func newClientCollector(c Backend, budget float64) *clientCollector {
@@ -147,6 +174,16 @@ func newClientCollector(c Backend, budget float64) *clientCollector {
 			"1 if the cache answered a read at scrape time (bounded by 1 s), else 0.", nil, nil),
 		nodeBudget: prometheus.NewDesc("hotcount_node_budget_writes_per_second",
 			"Cache writes per second one node may take (the budget drawn on the dashboard).", nil, nil),
+		lastClean: prometheus.NewDesc("hotcount_cleanup_last_success_timestamp_seconds",
+			"Unix time the last successful clean-up pass ended (absent before the first).", nil, nil),
+		storeRows: prometheus.NewDesc("hotcount_durable_store_rows",
+			"Rows of each table of the durable store, as the last clean-up pass counted them.", []string{"table"}, nil),
+		storeBytes: prometheus.NewDesc("hotcount_durable_store_bytes",
+			"Bytes the durable store holds (tables, indexes; SQLite: with its log), as the last clean-up pass measured them.", nil, nil),
+		cacheKeys: prometheus.NewDesc("hotcount_cache_keys",
+			"Keys each cache primary holds (DBSIZE), as the last clean-up pass read them.", []string{"node"}, nil),
+		cacheBytes: prometheus.NewDesc("hotcount_cache_memory_bytes",
+			"Memory each cache primary uses (used_memory), as the last clean-up pass read it.", []string{"node"}, nil),
 	}
 }
 
@@ -159,6 +196,11 @@ func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cc.lastCkpt
 	ch <- cc.cacheUp
 	ch <- cc.nodeBudget
+	ch <- cc.lastClean
+	ch <- cc.storeRows
+	ch <- cc.storeBytes
+	ch <- cc.cacheKeys
+	ch <- cc.cacheBytes
 }
 
 // Collect implements prometheus.Collector: the Client's stats, read now.
@@ -169,6 +211,20 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if t := st.Durability.LastCheckpoint; !t.IsZero() {
 		ch <- prometheus.MustNewConstMetric(cc.lastCkpt, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
+	}
+	gc := &st.Durability.GC
+	if !gc.LastPass.IsZero() {
+		ch <- prometheus.MustNewConstMetric(cc.lastClean, prometheus.GaugeValue, float64(gc.LastPass.UnixNano())/1e9)
+	}
+	if gc.StoreRows != nil {
+		for table, n := range gc.StoreRows {
+			ch <- prometheus.MustNewConstMetric(cc.storeRows, prometheus.GaugeValue, float64(n), table)
+		}
+		ch <- prometheus.MustNewConstMetric(cc.storeBytes, prometheus.GaugeValue, float64(gc.StoreBytes))
+	}
+	for _, n := range gc.Cache {
+		ch <- prometheus.MustNewConstMetric(cc.cacheKeys, prometheus.GaugeValue, float64(n.Keys), n.Node)
+		ch <- prometheus.MustNewConstMetric(cc.cacheBytes, prometheus.GaugeValue, float64(n.Bytes), n.Node)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()

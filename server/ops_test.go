@@ -116,6 +116,9 @@ func liveMetrics(t *testing.T) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if _, err := c.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
 	req, _ := http.NewRequest("GET", ts.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer scrape-me")
 	resp, err := ts.Client().Do(req)
@@ -162,11 +165,13 @@ var stateGauges = []string{
 	"hotcount_buffer_dropped_delta", "hotcount_counters_cold", "hotcount_counters_sharded", "hotcount_placement_collisions", "hotcount_checkpoint_tracked_counters", "hotcount_restored_amount",
 	"hotcount_view_repaired_amount", "hotcount_view_behind_counters",
 	"hotcount_checkpoint_last_success_timestamp_seconds", "hotcount_cache_up", "hotcount_node_budget_writes_per_second",
+	"hotcount_cleanup_pending_deadlines", "hotcount_cleanup_last_success_timestamp_seconds", "hotcount_durable_store_rows",
+	"hotcount_durable_store_bytes", "hotcount_cache_keys", "hotcount_cache_memory_bytes",
 }
 
 // allowedLabels are the label names of hotcount_* series: none takes a
 // counter key as its value.
-var allowedLabels = []string{"route", "code", "namespace", "class", "op", "node"}
+var allowedLabels = []string{"route", "code", "namespace", "class", "op", "node", "table"}
 
 // TestMetricsConventions: a scrape of a server with traffic passes
 // `promtool check metrics`, has the Go and process series, names every
@@ -183,7 +188,9 @@ func TestMetricsConventions(t *testing.T) {
 	fams := families(t, text)
 	for _, want := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes",
 		"process_cpu_seconds_total", "process_open_fds", "hotcount_http_increments_total", "hotcount_cache_writes_total",
-		"hotcount_checkpoint_last_success_timestamp_seconds", "hotcount_client_call_duration_seconds", "hotcount_http_request_duration_seconds"} {
+		"hotcount_checkpoint_last_success_timestamp_seconds", "hotcount_client_call_duration_seconds", "hotcount_http_request_duration_seconds",
+		"hotcount_cleanup_passes_total", "hotcount_cleanup_last_success_timestamp_seconds", "hotcount_durable_store_rows",
+		"hotcount_durable_store_bytes", "hotcount_durable_clears_total"} {
 		if fams[want] == nil {
 			t.Errorf("no %s", want)
 		}

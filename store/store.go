@@ -70,6 +70,22 @@ type Store interface {
 	Close() error
 }
 
+// NodeUsage is what one cache node holds.
+type NodeUsage struct {
+	// Node is the node's address (or name).
+	Node string
+	// Keys is its key count (DBSIZE) and Bytes the memory it uses
+	// (used_memory).
+	Keys, Bytes int64
+}
+
+// Usager is a Store that can tell what each node holds. It reads every
+// node: call it at the pace of a metrics scrape, not per request.
+type Usager interface {
+	// Usage returns what each primary holds.
+	Usage(ctx context.Context) ([]NodeUsage, error)
+}
+
 // IncrOp is one increment for IncrMulti.
 type IncrOp struct {
 	// Key is the sub-key to increment.

@@ -76,6 +76,9 @@ func Run(t *testing.T, open func(t *testing.T) durable.Backend, old func(t *test
 		{"ClearKeepsOtherCounters", testClearOthers},
 		{"TombstonePruning", testTombstonePrune},
 		{"StatsAndStoreID", testStats},
+		{"MetaBatchAndDelete", testMetaBatch},
+		{"Deadlines", testDeadlines},
+		{"ClearKeepsLaterEvents", testClearKeepsLater},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

@@ -79,7 +79,8 @@ func testClear(t *testing.T, open func(t *testing.T) durable.Backend) {
 	// The counter lives on after the clear.
 	appendOK(t, b, ev(key, 2, "new"))
 	wantExact(t, b, key, 2)
-	// A second, older clear keeps the later tombstone.
+	// A second, older clear keeps the later tombstone, and removes only
+	// what is not newer than it.
 	must(t, b.ClearCounter(ctx, key, clock.Start))
 	tomb, err = b.Tombstones(ctx, []string{key})
 	must(t, err)
@@ -87,7 +88,7 @@ func testClear(t *testing.T, open func(t *testing.T) durable.Backend) {
 		t.Fatalf("tombstone after an older clear = %v, want %v", tomb[key], at)
 	}
 	wantExact(t, b, key, 0)
-	wantCheckpoints(t, b, subs)
+	wantCheckpoints(t, b, subs, s0) // read after that clear: kept
 	if err := b.ClearCounter(ctx, "", at); !errors.Is(err, keyspace.ErrInvalidKey) || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ClearCounter(\"\") err = %v", err)
 	}
@@ -280,4 +281,96 @@ func testRollupPerKey(t *testing.T, open func(t *testing.T) durable.Backend, old
 		t.Fatalf("second Rollup = %+v", rep)
 	}
 	wantExact(t, b, "j", 15)
+}
+
+// testMetaBatch: LoadMetas reads many records in one call and DeleteMeta
+// removes a record for good (LoadMeta: ErrNotFound, not an empty record).
+func testMetaBatch(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	must(t, b.SaveMeta(ctx, "a", []byte("A")))
+	must(t, b.SaveMeta(ctx, "b", []byte("B")))
+	must(t, b.SaveMeta(ctx, "e", []byte{}))
+	got, err := b.LoadMetas(ctx, []string{"a", "b", "c", "e"})
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(map[string][]byte{"a": []byte("A"), "b": []byte("B"), "e": {}}) {
+		t.Fatalf("LoadMetas = %q", got)
+	}
+	must(t, b.DeleteMeta(ctx, "a"))
+	must(t, b.DeleteMeta(ctx, "never"))
+	if _, err := b.LoadMeta(ctx, "a"); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("LoadMeta after DeleteMeta err = %v, want ErrNotFound", err)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Rows["meta"] != 2 {
+		t.Fatalf("meta rows after DeleteMeta = %d, want 2", st.Rows["meta"])
+	}
+}
+
+// testDeadlines: SetDeadlines records, replaces (unless onlyNew) and
+// removes deadlines; DueDeadlines returns the passed ones, oldest first up
+// to the limit; ClearCounter removes the record.
+func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	t0 := clock.Start
+	set := func(onlyNew bool, kv ...any) {
+		t.Helper()
+		m := map[string]time.Time{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1].(time.Time)
+		}
+		must(t, b.SetDeadlines(ctx, m, onlyNew))
+	}
+	set(false, "a", t0.Add(time.Second), "b", t0.Add(2*time.Second), "c", t0.Add(time.Hour), "d", t0.Add(time.Second))
+	set(true, "b", t0.Add(3*time.Second), "e", t0.Add(4*time.Second)) // b kept at 2 s; e new
+	set(false, "d", time.Time{}, "e", time.Time{})                    // removed
+	due := func(now time.Time, limit int) string {
+		t.Helper()
+		m, err := b.DueDeadlines(ctx, now, limit)
+		must(t, err)
+		out := ""
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			if at, ok := m[k]; ok {
+				out += fmt.Sprintf("%s@%v ", k, at.Sub(t0))
+			}
+		}
+		return out
+	}
+	if got := due(t0.Add(time.Minute), 10); got != "a@1s b@2s " {
+		t.Fatalf("due = %q", got)
+	}
+	if got := due(t0.Add(time.Minute), 1); got != "a@1s " {
+		t.Fatalf("due, limit 1 = %q", got)
+	}
+	set(false, "a", t0.Add(2*time.Hour)) // replaced
+	must(t, b.ClearCounter(ctx, "b", t0.Add(2*time.Second)))
+	if got := due(t0.Add(3*time.Hour), 10); got != "a@2h0m0s c@1h0m0s " {
+		t.Fatalf("due after replace and clear = %q", got)
+	}
+	st, err := b.Stats(ctx)
+	must(t, err)
+	if st.Rows["deadlines"] != 2 {
+		t.Fatalf("deadlines rows = %d, want 2", st.Rows["deadlines"])
+	}
+}
+
+// testClearKeepsLater: a clear as of a past moment (an expiry cleaned up
+// late) keeps the events appended after it, and their key still gets its
+// overflow checks.
+func testClearKeepsLater(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	t0 := clock.Start
+	appendOK(t, b, durable.Event{Key: "k", Delta: 5, ID: "1", At: t0.Add(-time.Minute)})
+	appendOK(t, b, durable.Event{Key: "k", Delta: 7, ID: "2", At: t0.Add(time.Minute)})
+	must(t, b.ClearCounter(ctx, "k", t0))
+	wantExact(t, b, "k", 7)
+	appendOK(t, b, durable.Event{Key: "k", Delta: math.MaxInt64 - 7, ID: "3", At: t0.Add(2 * time.Minute)})
+	res := appendRes(t, b, durable.Event{Key: "k", Delta: 1, ID: "4", At: t0.Add(3 * time.Minute)})
+	if !errors.Is(res[0].Err, store.ErrOverflow) {
+		t.Fatalf("increment past int64 after a partial clear: %v, want ErrOverflow", res[0].Err)
+	}
+	wantExact(t, b, "k", math.MaxInt64)
 }

@@ -239,6 +239,13 @@ var migrations = []string{
 	BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'HC001', MESSAGE = k;
 	END $$;`,
+
+	// 3: deadlines of counters, for the clean-up of expired ones.
+	`CREATE TABLE deadlines (
+		key   text COLLATE "C" PRIMARY KEY,
+		at_ns bigint NOT NULL
+	);
+	CREATE INDEX deadlines_at ON deadlines (at_ns);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -87,3 +87,42 @@ func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	})
 	return st, wrap("stats", err)
 }
+
+// SetDeadlines implements durable.Lifecycle in one transaction: one
+// statement removes the zero deadlines, one upserts the others.
+func (db *DB) SetDeadlines(ctx context.Context, deadlines map[string]time.Time, onlyNew bool) error {
+	if err := sqlkit.CheckDeadlines(deadlines); err != nil {
+		return err
+	}
+	if err := db.check(); err != nil || len(deadlines) == 0 {
+		return err
+	}
+	var gone, keys []string
+	var ats []int64
+	for k, at := range deadlines {
+		if at.IsZero() {
+			gone = append(gone, k)
+			continue
+		}
+		keys, ats = append(keys, k), append(ats, sqlkit.Nanos(at))
+	}
+	conflict := `UPDATE SET at_ns = excluded.at_ns`
+	if onlyNew {
+		conflict = `NOTHING`
+	}
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if len(gone) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM deadlines WHERE key = ANY($1::text[])`, gone); err != nil {
+				return err
+			}
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO deadlines (key, at_ns)
+			SELECT k, a FROM unnest($1::text[], $2::bigint[]) AS d (k, a)
+			ON CONFLICT (key) DO `+conflict, keys, ats)
+		return err
+	})
+	return wrap("set deadlines", err)
+}

@@ -235,6 +235,13 @@ var migrations = []string{
 	CREATE INDEX clears_cleared ON clears (cleared_ns);
 	CREATE TABLE store_info (id TEXT NOT NULL);
 	INSERT INTO store_info (id) VALUES (lower(hex(randomblob(16))));`,
+
+	// 3: deadlines of counters, for the clean-up of expired ones.
+	`CREATE TABLE deadlines (
+		key   TEXT PRIMARY KEY,
+		at_ns INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX deadlines_at ON deadlines (at_ns);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

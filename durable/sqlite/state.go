@@ -63,3 +63,21 @@ func (db *DB) Stats(ctx context.Context) (durable.Stats, error) {
 	}
 	return st, nil
 }
+
+// SetDeadlines implements durable.Lifecycle in one transaction.
+func (db *DB) SetDeadlines(ctx context.Context, deadlines map[string]time.Time, onlyNew bool) error {
+	if err := sqlkit.CheckDeadlines(deadlines); err != nil {
+		return err
+	}
+	if err := db.check(); err != nil || len(deadlines) == 0 {
+		return err
+	}
+	return db.inTx(ctx, "set deadlines", func(tx *sql.Tx) error {
+		for k, at := range deadlines {
+			if err := sqlkit.SetDeadline(ctx, conn{tx}, k, at, onlyNew); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -166,8 +166,11 @@ type checkpointer struct {
 	ntracked  atomic.Int64
 	untracked atomic.Uint64
 	kick      chan struct{}
+	clearedMu sync.Mutex
+	clears    []string // counters cleared since the last round
 
 	mu       sync.Mutex                    // one round at a time; guards the fields below
+	listed   int64                         // unix ns the last good round listed its counters (0: none yet)
 	saved    map[string]map[string]savedCP // counter key → sub-key → last save
 	known    map[string]int64              // sentinel key → accepted incarnation
 	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
@@ -273,6 +276,35 @@ func (ck *checkpointer) touch(key string) {
 	ck.ntracked.Add(1)
 }
 
+// cleared notes that counter key was cleared in the store: the next round
+// forgets what this process saved of it, and saves none of its
+// sub-counters that read 0 (the cleared value) until one is written again,
+// so that a cleared counter leaves no rows.
+func (ck *checkpointer) cleared(key string) {
+	ck.clearedMu.Lock()
+	ck.clears = append(ck.clears, key)
+	ck.clearedMu.Unlock()
+}
+
+// takeClears applies the clears noted since it last ran and returns
+// their counters; ck.mu is held.
+func (ck *checkpointer) takeClears() map[string]bool {
+	ck.clearedMu.Lock()
+	keys := ck.clears
+	ck.clears = nil
+	ck.clearedMu.Unlock()
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+		if _, watched := ck.touched.Load(k); watched {
+			ck.saved[k] = map[string]savedCP{} // known, with nothing saved
+		} else {
+			delete(ck.saved, k)
+		}
+	}
+	return out
+}
+
 func (ck *checkpointer) stats(s *Stats) {
 	s.Checkpoints, s.CheckpointErrors, s.Saved = ck.rounds.Load(), ck.roundErrs.Load(), ck.nsaved.Load()
 	s.Tracked, s.Untracked = uint64(max(ck.ntracked.Load(), 0)), ck.untracked.Load()
@@ -315,6 +347,7 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 	if err != nil {
 		return rep, err
 	}
+	listed := ck.d.cfg.Clock.Now().UnixNano()
 	keys := ck.watched()
 	rep.Counters = len(keys)
 	for start := 0; start < len(keys); start += ckCounters {
@@ -325,6 +358,7 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 			return rep, err
 		}
 	}
+	ck.listed = listed
 	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
 	return rep, nil
 }
@@ -374,15 +408,20 @@ func (ck *checkpointer) watched() []string {
 	for _, iv := range d.ns.FlushIntervals() {
 		longest = max(longest, iv)
 	}
-	keep := 2*d.cfg.CheckpointInterval + max(longest, 500*time.Millisecond) + d.cfg.Timeout
-	cut := d.cfg.Clock.Now().Add(-keep).UnixNano()
+	slack := max(longest, 500*time.Millisecond) + d.cfg.Timeout
+	keep := 2*d.cfg.CheckpointInterval + slack
+	// A counter is kept until a good round listed it after its last touch
+	// (and its flush): idle time alone does not count, or a gap between
+	// good rounds (failing rounds, a slow one) would drop it unsaved.
+	cut := min(d.cfg.Clock.Now().Add(-keep).UnixNano(), ck.listed-int64(slack))
 	var keys []string
 	ck.touched.Range(func(k, v any) bool {
 		key := k.(string)
 		e := v.(*touchEntry)
 		at := e.at.Load()
 		if at != deadTouch && at < cut && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
-			// Idle since at least two rounds, which saved its last writes.
+			// Idle since at least two intervals, and a good round that
+			// started after its last writes saved them.
 			ck.touched.CompareAndDelete(key, v)
 			ck.ntracked.Add(-1)
 			for sub := range ck.saved[key] {
@@ -402,10 +441,12 @@ func (ck *checkpointer) watched() []string {
 // node kept its accepted incarnation.
 func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []string) (saved, skipped int, err error) {
 	d := ck.d
+	ck.takeClears()
 	reads, sent, at, err := d.eng.Read(ctx, keys, nonEmpty(ck.sentKeys))
 	if err != nil {
 		return 0, 0, fmt.Errorf("checkpoint read: %w", err)
 	}
+	clearedNow := ck.takeClears() // during the read: its reading is not saved
 	sent = spread(ck.sentKeys, sent)
 	intact := make([]bool, len(ck.sentKeys))
 	for i, k := range ck.sentKeys {
@@ -416,13 +457,20 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	var cps []durable.Checkpoint
 	for _, r := range reads {
+		if clearedNow[r.Key] || (allZero(r.Values) && d.pastNote(r.Key, at)) {
+			continue
+		}
 		for j, sub := range r.Subs {
 			v := r.Values[j]
 			if !intact[topo.Owner[keyspace.Slot(sub)]] {
 				continue
 			}
-			if old, ok := ck.saved[r.Key][sub]; ok && old.v == v {
+			old, ok := ck.saved[r.Key][sub]
+			if ok && old.v == v {
 				continue
+			}
+			if !ok && v == 0 && ck.saved[r.Key] != nil {
+				continue // cleared here, not written since
 			}
 			cps = append(cps, durable.Checkpoint{Key: sub, Total: v, At: at})
 		}
@@ -448,6 +496,16 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	ck.nsaved.Add(uint64(len(cps)))
 	return len(cps), skipped, nil
+}
+
+// allZero reports whether every value is 0.
+func allZero(vals []int64) bool {
+	for _, v := range vals {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // nonEmpty drops the "" entries (nodes without slots) from keys.

@@ -79,6 +79,9 @@ type Config struct {
 	// is compared with the log and repaired (heal.go); 0 means
 	// DefaultHealInterval, a negative value turns healing off.
 	HealInterval time.Duration
+	// CleanupInterval is how often the clean-up pass runs (gc.go); 0
+	// means DefaultCleanupInterval.
+	CleanupInterval time.Duration
 	// Observe, when set, is told how long each group commit ("commit"),
 	// checkpoint round ("checkpoint") and rollup ("rollup") took.
 	Observe func(op string, d time.Duration)
@@ -101,6 +104,7 @@ type Service struct {
 
 	ck   checkpointer
 	heal healer
+	gc   gc
 
 	viewMisses atomic.Uint64 // committed increments the buffer refused
 	rollups    atomic.Uint64
@@ -119,7 +123,10 @@ func New(cfg Config) (*Service, error) {
 	d0 := &observer{f: cfg.Observe}
 	if cfg.Backend == nil || cfg.Engine == nil || cfg.Clock == nil || cfg.Rand == nil ||
 		cfg.CheckpointInterval <= 0 || cfg.RollupAge <= 0 || cfg.Timeout <= 0 {
-		return nil, errors.New("durability: every Config field but OnRestore is required")
+		return nil, errors.New("durability: every Config field but OnRestore, CleanupInterval and Observe is required")
+	}
+	if cfg.CleanupInterval <= 0 {
+		cfg.CleanupInterval = DefaultCleanupInterval
 	}
 	d := &Service{obs: d0, cfg: cfg, be: cfg.Backend, eng: cfg.Engine, ns: cfg.Engine.Namespaces(), stop: make(chan struct{})}
 	d.ck.init(d)
@@ -138,8 +145,9 @@ func New(cfg Config) (*Service, error) {
 			go d.heal.loop(cfg.Clock.NewTicker(iv))
 		}
 	}
-	d.loops.Add(1)
+	d.loops.Add(2)
 	go d.checkpointLoop(cfg.Clock.NewTicker(cfg.CheckpointInterval))
+	go d.cleanupLoop(cfg.Clock.NewTicker(cfg.CleanupInterval))
 	return d, nil
 }
 
@@ -165,8 +173,12 @@ func (d *Service) Startup(ctx context.Context) error {
 // commitTimeout bounds one group commit: a few backend round trips.
 func commitTimeout(t time.Duration) time.Duration { return max(5*t, durable.DefaultCommitTimeout) }
 
-// Touch notes a fast-mode increment of key for the next checkpoint.
-func (d *Service) Touch(key string) { d.ck.touch(key) }
+// Touch notes a fast-mode increment of key for the next checkpoint (and,
+// in a namespace with a TTL, for its deadline estimate).
+func (d *Service) Touch(n *ns.Namespace, key string) {
+	d.ck.touch(key)
+	d.noteTTL(n, key)
+}
 
 // Commit appends one durable-mode event, waits for its batch to commit and
 // hands the delta to the engine's buffer. A duplicate id is acknowledged
@@ -193,6 +205,7 @@ func (d *Service) Commit(ctx context.Context, n *ns.Namespace, key string, delta
 	if dup {
 		return nil
 	}
+	d.noteTTL(n, key)
 	// The increment is durable: from here on it is acknowledged whatever
 	// the cache view does. A delta the buffer refuses is missing from the
 	// view until the healer repairs it, and counted.
@@ -220,15 +233,6 @@ func (d *Service) Exact(ctx context.Context, key string) (int64, error) {
 		return 0, fmt.Errorf("exact %q: %w", key, err)
 	}
 	return v, nil
-}
-
-// Cleared notes that a counter's sub-counters were deleted, so that a
-// fast-mode counter's next checkpoint records the cleared value (else a
-// later restore would bring the old one back).
-func (d *Service) Cleared(key string) {
-	if d.ns.Lookup(key).Mode != ns.ModeDurable {
-		d.ck.touch(key)
-	}
 }
 
 // CloseLog drains the committer: every accepted increment is committed and
@@ -350,6 +354,9 @@ type Stats struct {
 	// Behind is the number of durable-mode counters whose view the last
 	// sweeps found off and not yet repaired.
 	Behind uint64
+	// GC counts clears and the clean-up of expired counters, and holds
+	// the store's size (see GCStats).
+	GC GCStats
 }
 
 // Stats returns the running totals.
@@ -365,6 +372,7 @@ func (d *Service) Stats() Stats {
 	if d.heal.d != nil {
 		d.heal.stats(&s)
 	}
+	s.GC = d.gcStats()
 	return s
 }
 

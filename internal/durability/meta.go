@@ -18,7 +18,8 @@ func MetaMirror(b durable.Backend) meta.Durable {
 }
 
 // metaMirror adapts a durable.Backend to meta.Durable: "no record" is nil
-// data, not an error.
+// data, not an error. An empty record (written as a deletion by builds
+// before DeleteMeta) is no record either.
 type metaMirror struct{ b durable.Backend }
 
 // SaveMeta implements meta.Durable.
@@ -26,7 +27,7 @@ func (d metaMirror) SaveMeta(ctx context.Context, key string, data []byte) error
 	return d.b.SaveMeta(ctx, key, data)
 }
 
-// LoadMeta implements meta.Durable. An empty record is a deleted one.
+// LoadMeta implements meta.Durable.
 func (d metaMirror) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	data, err := d.b.LoadMeta(ctx, key)
 	if errors.Is(err, durable.ErrNotFound) || (err == nil && len(data) == 0) {
@@ -35,22 +36,21 @@ func (d metaMirror) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	return data, err
 }
 
-// DeleteMeta implements meta.Durable.
+// DeleteMeta implements meta.Durable: the row goes.
 func (d metaMirror) DeleteMeta(ctx context.Context, key string) error {
-	return d.b.SaveMeta(ctx, key, []byte{})
+	return d.b.DeleteMeta(ctx, key)
 }
 
-// LoadMetas implements meta.Durable.
+// LoadMetas implements meta.Durable, in one query.
 func (d metaMirror) LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	for _, k := range keys {
-		data, err := d.LoadMeta(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		if data != nil {
-			out[k] = data
+	m, err := d.b.LoadMetas(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for k, data := range m {
+		if len(data) == 0 {
+			delete(m, k)
 		}
 	}
-	return out, nil
+	return m, nil
 }

@@ -122,8 +122,12 @@ func Tombstones(ctx context.Context, c Conn, d Dialect, keys []string) (map[stri
 	return out, err
 }
 
-// Clear removes everything of counter key but its IDs and records its
-// tombstone, within the caller's transaction. Its bounds rows go first: in
+// Clear removes everything of counter key as of at but its IDs and
+// records its tombstone, within the caller's transaction. Log events and
+// checkpoints newer than at stay. The tombstone's retention counts from at
+// when at is in the past: a checkpoint read at or before at is saved
+// within the retention after it, so a clear made later than that needs no
+// tombstone kept for long. Its bounds rows go first: in
 // PostgreSQL that waits for the batches of the key in flight, so that the
 // deletes of its log rows that follow see them.
 func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time) error {
@@ -143,20 +147,98 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 		args []any
 	}{
 		{`DELETE FROM bounds WHERE key = $1`, []any{key}},
-		{`DELETE FROM events WHERE key = $1`, []any{key}},
+		{`DELETE FROM events WHERE key = $1 AND at_ns <= $2`, []any{key, Nanos(at)}},
 		{`DELETE FROM totals WHERE key = $1`, []any{key}},
 		{`DELETE FROM meta WHERE key = $1`, []any{key}},
-		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1), []any{d.List(mine)}},
+		{`DELETE FROM deadlines WHERE key = $1`, []any{key}},
+		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1) + ` AND at_ns <= $2`, []any{d.List(mine), Nanos(at)}},
 		{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
-			ON CONFLICT (key) DO UPDATE SET cleared_ns = excluded.cleared_ns,
+			ON CONFLICT (key) DO UPDATE SET
+				cleared_ns = CASE WHEN excluded.cleared_ns > clears.cleared_ns THEN excluded.cleared_ns ELSE clears.cleared_ns END,
 				at_ns = CASE WHEN excluded.at_ns > clears.at_ns THEN excluded.at_ns ELSE clears.at_ns END`,
-			[]any{key, Nanos(at), now.UnixNano()}},
+			[]any{key, Nanos(at), min(now.UnixNano(), Nanos(at))}},
 	} {
 		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 			return err
 		}
 	}
-	return nil
+	return keepBound(ctx, tx, key)
+}
+
+// keepBound gives the log events of key that a clear kept (newer than it)
+// a magnitude bound again: the sum of their absolute deltas.
+func keepBound(ctx context.Context, tx Conn, key string) error {
+	var mag int64
+	found := false
+	var d int64
+	err := tx.Query(ctx, `SELECT delta FROM events WHERE key = $1`, []any{key}, func(scan func(...any) error) error {
+		if err := scan(&d); err != nil {
+			return err
+		}
+		found = true
+		mag = AddSat(mag, Abs(d))
+		return nil
+	})
+	if err != nil || !found {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO bounds (key, stripe, mag) VALUES ($1, 0, $2)`, key, mag)
+	return err
+}
+
+// LoadMetas returns the data under keys.
+func LoadMetas(ctx context.Context, c Conn, d Dialect, keys []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var k string
+	err := c.Query(ctx, `SELECT key, data FROM meta WHERE `+d.In("key", 1), []any{d.List(keys)},
+		func(scan func(...any) error) error {
+			var data []byte
+			if err := scan(&k, &data); err != nil {
+				return err
+			}
+			if data == nil {
+				data = []byte{}
+			}
+			out[k] = data
+			return nil
+		})
+	return out, err
+}
+
+// SetDeadline records (zero at: removes) the deadline of counter key.
+func SetDeadline(ctx context.Context, c Conn, key string, at time.Time, onlyNew bool) error {
+	if at.IsZero() {
+		_, err := c.Exec(ctx, `DELETE FROM deadlines WHERE key = $1`, key)
+		return err
+	}
+	q := `INSERT INTO deadlines (key, at_ns) VALUES ($1, $2) ON CONFLICT (key) DO `
+	if onlyNew {
+		q += `NOTHING`
+	} else {
+		q += `UPDATE SET at_ns = excluded.at_ns`
+	}
+	_, err := c.Exec(ctx, q, key, Nanos(at))
+	return err
+}
+
+// DueDeadlines returns up to limit deadlines at or before now, oldest
+// first.
+func DueDeadlines(ctx context.Context, c Conn, now time.Time, limit int) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	var k string
+	var at int64
+	err := c.Query(ctx, `SELECT key, at_ns FROM deadlines WHERE at_ns <= $1 ORDER BY at_ns LIMIT $2`,
+		[]any{Nanos(now), limit}, func(scan func(...any) error) error {
+			if err := scan(&k, &at); err != nil {
+				return err
+			}
+			out[k] = FromNanos(at)
+			return nil
+		})
+	return out, err
 }
 
 // LoadCheckpoints returns the checkpoints of keys.
@@ -308,6 +390,43 @@ func (c *Common) LoadMeta(ctx context.Context, key string) ([]byte, error) {
 	}
 	data, err := LoadMeta(ctx, c.cfg.Read, key)
 	return data, c.cfg.Wrap("load meta", err)
+}
+
+// LoadMetas implements durable.Meta.
+func (c *Common) LoadMetas(ctx context.Context, keys []string) (map[string][]byte, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := LoadMetas(ctx, c.cfg.Read, c.cfg.Dialect, keys)
+	return m, c.cfg.Wrap("load metas", err)
+}
+
+// DeleteMeta implements durable.Meta.
+func (c *Common) DeleteMeta(ctx context.Context, key string) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	_, err := c.cfg.Write.Exec(ctx, `DELETE FROM meta WHERE key = $1`, key)
+	return c.cfg.Wrap("delete meta", err)
+}
+
+// CheckDeadlines validates the keys of SetDeadlines.
+func CheckDeadlines(deadlines map[string]time.Time) error {
+	for k := range deadlines {
+		if err := ClearKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DueDeadlines implements durable.Lifecycle.
+func (c *Common) DueDeadlines(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	m, err := DueDeadlines(ctx, c.cfg.Read, now, limit)
+	return m, c.cfg.Wrap("due deadlines", err)
 }
 
 // Tombstones implements durable.Lifecycle.
