@@ -73,16 +73,13 @@ func proxyFlagNames(msg string) string {
 	return msg
 }
 
-// proxyClientConfig is the Client configuration of the proxy: serve's,
-// with a 1 ns read cache for namespaces that reply exact (every read is a
-// fresh one).
+// proxyClientConfig is the Client configuration of the proxy (serve's)
+// and the reply mode of each namespace. A namespace that replies exact
+// keeps its read cache for other reads; the proxy reads it with GetFresh.
 func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, map[string]proxy.Reply) {
 	hc := clientConfig(cfg, db)
 	replies := map[string]proxy.Reply{}
-	for i, ns := range cfg.Namespaces {
-		if ns.Reply == string(proxy.ReplyExact) {
-			hc.Namespaces[i].ReadCacheTTL = time.Nanosecond
-		}
+	for _, ns := range cfg.Namespaces {
 		replies[ns.Prefix] = proxy.Reply(ns.Reply)
 	}
 	return hc, replies
