@@ -42,15 +42,22 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
 	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
 	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
-	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
+	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
 	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
 	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
 	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
+	registerRedisSecurity(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { set[proxyFlags[f.Name]] = f.Value.String() })
+	fs.Visit(func(f *flag.Flag) {
+		if s, ok := proxyFlags[f.Name]; ok {
+			set[s] = f.Value.String()
+		} else { // the redis_* login and TLS settings: serve's names
+			set[settingName(f.Name)] = f.Value.String()
+		}
+	})
 	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return usagef(stderr, "proxy: %s", proxyFlagNames(err.Error()))
@@ -69,6 +76,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func proxyFlagNames(msg string) string {
 	for flagName, setting := range proxyFlags {
 		msg = strings.ReplaceAll(msg, "flag --"+setting+")", "flag --"+flagName+")")
+	}
+	for _, f := range redisSecurityFlags {
+		msg = strings.ReplaceAll(msg, "flag --"+f.setting+")", "flag --"+flagName(f.setting)+")")
 	}
 	return msg
 }
