@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -322,4 +323,50 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 		b.Fatalf("proxy process said %q", line)
 	}
 	return addr
+}
+
+// BenchmarkPassThrough runs redis-benchmark SET and GET of a plain key
+// through the proxy and directly on the primary that owns the key,
+// alternating, HOTCOUNT_BENCH_ROUNDS times (default 3) in one run, and
+// reports each round's ratio proxy/direct and their medians. The machine
+// is shared, so the rounds show the spread.
+//
+//	go test ./proxy -run '^$' -bench PassThrough -benchtime 1x
+func BenchmarkPassThrough(b *testing.B) {
+	clients := envInt("HOTCOUNT_BENCH_CLIENTS", 50)
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 100000)
+	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
+	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 3)
+	requests -= requests % pipeline
+	for i := 0; i < b.N; i++ {
+		p := uniq(b)
+		e := startProxy(b, nil, proxy.Config{})
+		key := "{" + p + "}pt"
+		direct := ownerOfTB(b, cluster, key)
+		dialRaw(b, e.addr).do("SET", key, "0123456789abcdef")
+		var setR, getR []float64
+		b.Logf("redis-benchmark -c %d -n %d -P %d, requests/s:", clients, requests, pipeline)
+		for r := 1; r <= rounds; r++ {
+			setP := redisBenchmark(b, e.addr, clients, requests, pipeline, "SET", key, "0123456789abcdef")
+			setD := redisBenchmark(b, direct, clients, requests, pipeline, "SET", key, "0123456789abcdef")
+			getP := redisBenchmark(b, e.addr, clients, requests, pipeline, "GET", key)
+			getD := redisBenchmark(b, direct, clients, requests, pipeline, "GET", key)
+			setR = append(setR, setP.rps/setD.rps)
+			getR = append(getR, getP.rps/getD.rps)
+			b.Logf("  round %d: SET proxy %7.0f direct %7.0f ratio %.2f | GET proxy %7.0f direct %7.0f ratio %.2f",
+				r, setP.rps, setD.rps, setR[r-1], getP.rps, getD.rps, getR[r-1])
+		}
+		b.Logf("  median ratio: SET %.2f, GET %.2f", median(setR), median(getR))
+		b.ReportMetric(median(setR), "set-proxy/direct")
+		b.ReportMetric(median(getR), "get-proxy/direct")
+	}
+}
+
+// median returns the median of v (v is sorted in place).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
