@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/cgroup"
 	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/proxy"
 )
@@ -237,21 +238,70 @@ func ownerOfTB(b testing.TB, cl *testenv.Cluster, key string) string {
 }
 
 // CPUCap, when set, puts the process pid under its own equal CPU share
-// (a cgroup). It is the hook for the scale-out table: `hotcount cluster
-// up --node-cpu` builds such caps for Redis nodes; until the same helper
-// exists for a proxy process, BenchmarkScaleOut runs uncapped and says so.
-var CPUCap func(pid int) error
+// and returns a function that removes that share once the process has
+// exited. BenchmarkScaleOut sets it from the machine's cgroup cpu
+// controller (internal/cgroup, as `hotcount cluster up --node-cpu` caps
+// Redis nodes) when it can write there.
+var CPUCap func(pid int) (release func() error, err error)
+
+// cgroupCaps returns a CPUCap that gives each process a group of its own
+// under parent with quota q, on the machine's cpu hierarchy, or the reason
+// why groups cannot be made here.
+func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (func() error, error), error) {
+	h, err := cgroup.Find()
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Check(parent); err != nil {
+		return nil, fmt.Errorf("cannot create CPU groups on %v (run as root, or with a cgroup delegated to this user): %w", h, err)
+	}
+	return func(pid int) (func() error, error) {
+		group := parent + "/proxy-" + strconv.Itoa(pid)
+		if err := h.Create(group, q); err != nil {
+			return nil, err
+		}
+		if err := h.Add(group, pid); err != nil {
+			h.Remove(group)
+			return nil, err
+		}
+		return func() error { return h.Remove(group) }, nil
+	}, nil
+}
 
 // BenchmarkScaleOut runs 1, 2 and 4 `hotcount proxy` processes in front
-// of the shared cluster, each driven by its own redis-benchmark on one
-// counter key (buffered, 500 ms flushes), and reports the increments
-// absorbed per second and the cluster's writes per second for each count.
-// Without CPUCap the proxies share this machine's cores, so the absorbed
-// rate cannot grow with the count; the writes per second still show
-// about proxies × 2 flushes per second.
+// of the shared cluster, each under its own equal CPU cap
+// (HOTCOUNT_BENCH_PROXY_CPU, default 10% of one CPU, a cgroup each), each
+// driven by its own redis-benchmark -c 50 on one counter key (buffered,
+// 500 ms flushes), and reports the increments absorbed per second and the
+// cluster's writes per second (INFO commandstats) for each count. Where
+// cgroups cannot be written (not root, no cpu controller) it is skipped
+// and says why; HOTCOUNT_BENCH_UNCAPPED=1 runs it uncapped instead, where
+// the proxies share the machine's cores and the absorbed rate cannot grow
+// with their count.
 //
 //	go test ./proxy -run '^$' -bench ScaleOut -benchtime 1x
 func BenchmarkScaleOut(b *testing.B) {
+	share := os.Getenv("HOTCOUNT_BENCH_PROXY_CPU")
+	if share == "" {
+		share = "10%"
+	}
+	q, err := cgroup.ParseCPU(share)
+	if err != nil {
+		b.Fatal(err)
+	}
+	capped := CPUCap != nil
+	if !capped {
+		caps, err := cgroupCaps(fmt.Sprintf("hotcount/bench-scaleout-%d", os.Getpid()), q)
+		switch {
+		case err == nil:
+			CPUCap, capped = caps, true
+			defer func() { CPUCap = nil }()
+		case os.Getenv("HOTCOUNT_BENCH_UNCAPPED") == "1":
+			b.Logf("no CPU caps (%v): proxies run uncapped on shared cores", err)
+		default:
+			b.Skipf("the scale-out table needs a CPU cap per proxy: %v; HOTCOUNT_BENCH_UNCAPPED=1 runs it uncapped", err)
+		}
+	}
 	bin := filepath.Join(b.TempDir(), "hotcount")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/hotcount").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
@@ -260,12 +310,13 @@ func BenchmarkScaleOut(b *testing.B) {
 	if err := os.WriteFile(cfg, []byte("namespaces:\n  - {prefix: \"scale:\", buffered: true}\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 200000)
-	if CPUCap == nil {
-		b.Log("no CPUCap: proxies run uncapped on shared cores (see CPUCap)")
-	}
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 50000)
 	for i := 0; i < b.N; i++ {
-		b.Logf("%8s %16s %18s %12s", "proxies", "increments/s", "cluster writes/s", "writes/incr")
+		if capped {
+			b.Logf("each proxy capped at %v; redis-benchmark -c 50 -n %d INCR per proxy", q, requests)
+		}
+		b.Logf("| proxies | increments/s | per proxy | cluster writes/s | writes/s per proxy | writes/increment |")
+		b.Logf("|---|---|---|---|---|---|")
 		for _, n := range []int{1, 2, 4} {
 			key := fmt.Sprintf("scale:%s:%d", uniq(b), n)
 			var addrs []string
@@ -286,7 +337,10 @@ func BenchmarkScaleOut(b *testing.B) {
 			elapsed := time.Since(start)
 			writes := clusterWrites(b, cluster)
 			total := float64(n * requests)
-			b.Logf("%8d %16.0f %18.1f %12.5f", n, total/elapsed.Seconds(), float64(writes)/elapsed.Seconds(), float64(writes)/total)
+			rate, wps := total/elapsed.Seconds(), float64(writes)/elapsed.Seconds()
+			b.Logf("| %d | %.0f | %.0f | %.1f | %.1f | %.5f |", n, rate, rate/float64(n), wps, wps/float64(n), float64(writes)/total)
+			b.ReportMetric(rate, fmt.Sprintf("incr/s-%dproxies", n))
+			b.ReportMetric(wps, fmt.Sprintf("writes/s-%dproxies", n))
 		}
 	}
 }
@@ -304,9 +358,19 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	var release func() error
+	b.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if release != nil {
+			if err := release(); err != nil {
+				b.Errorf("removing the proxy's CPU group: %v", err)
+			}
+		}
+	})
 	if CPUCap != nil {
-		if err := CPUCap(cmd.Process.Pid); err != nil {
+		var err error
+		if release, err = CPUCap(cmd.Process.Pid); err != nil {
 			b.Fatal(err)
 		}
 	}
