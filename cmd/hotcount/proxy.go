@@ -17,6 +17,7 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/proxy"
+	"github.com/hotcount/hotcount/server"
 )
 
 // proxyFlags maps the proxy's flag names to the settings they set.
@@ -40,7 +41,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := newFlagSet("proxy", stdout, stderr)
 	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
-	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
+	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz, the dashboard), or off; env HOTCOUNT_ADMIN_LISTEN")
 	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
 	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
 	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
@@ -152,7 +153,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 	var admin *http.Server
 	adminDone := make(chan error, 1)
 	if cfg.AdminListen != "off" {
-		h, err := srv.AdminHandler()
+		h, err := proxyAdmin(srv, hc, logger)
 		var aln net.Listener
 		if err == nil {
 			aln, err = net.Listen("tcp", cfg.AdminListen)
@@ -207,4 +208,35 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// proxyDashboardRoutes are the routes of serve's handler that the proxy's
+// admin port serves: the dashboard and the read-only API it draws from.
+// Nothing that writes (increments, clears, resizes, deadlines) is served
+// there; counter writes go through the Redis protocol.
+var proxyDashboardRoutes = []string{
+	"GET /{$}", "GET /favicon.ico", "GET /assets/",
+	"GET /v1/nodes", "GET /v1/hotkeys", "GET /v1/stats",
+	"GET /v1/counters/{key}", "POST /v1/counters:get", "GET /v1/counters/{key}/shards",
+}
+
+// proxyAdmin is the handler of the proxy's admin port: the proxy's
+// /metrics, /healthz and /readyz, and serve's dashboard with the read-only
+// routes it uses (hot keys, writes per node, loss window) over the
+// proxy's Client.
+func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, logger *slog.Logger) (http.Handler, error) {
+	own, err := srv.AdminHandler()
+	if err != nil {
+		return nil, err
+	}
+	dash, err := server.New(server.Config{Client: hc, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", own)
+	for _, p := range proxyDashboardRoutes {
+		mux.Handle(p, dash)
+	}
+	return mux, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -256,10 +257,11 @@ func TestServePostgresTLS(t *testing.T) {
 	}
 }
 
-// inProcessProxy runs `hotcount proxy` in this process (admin port off)
-// and returns its Redis address and a stop function that cancels it (as
-// SIGTERM does) and returns its exit status and stderr.
-func inProcessProxy(t *testing.T, args ...string) (string, func() (int, string)) {
+// inProcessProxy runs `hotcount proxy` in this process (admin port off
+// unless args set --admin-listen) and returns its Redis address, its admin
+// base URL ("" when off) and a stop function that cancels it (as SIGTERM
+// does) and returns its exit status and stderr.
+func inProcessProxy(t *testing.T, args ...string) (string, string, func() (int, string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -269,20 +271,37 @@ func inProcessProxy(t *testing.T, args ...string) (string, func() (int, string))
 		done <- runProxy(ctx, append([]string{"--resp-listen", "127.0.0.1:0", "--admin-listen", "off"}, args...), pw, stderr)
 		pw.Close()
 	}()
-	line := make(chan string, 1)
+	type addrs struct{ resp, admin string }
+	got := make(chan addrs, 1)
 	go func() {
-		b := make([]byte, 256)
-		n, _ := pr.Read(b)
-		line <- strings.TrimSpace(string(b[:n]))
-		io.Copy(io.Discard, pr)
+		var a addrs
+		br := bufio.NewReader(pr)
+		for {
+			l, err := br.ReadString('\n')
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "admin on "); ok {
+				a.admin = v
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "listening on redis://"); ok {
+				a.resp = v
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
+		got <- a
+		io.Copy(io.Discard, br)
 	}()
-	var addr string
+	var a addrs
 	select {
-	case l := <-line:
-		addr = strings.TrimPrefix(l, "listening on redis://")
+	case a = <-got:
 	case code := <-done:
 		cancel()
 		t.Fatalf("proxy %q exited %d before listening: %s", args, code, stderr.String())
+	}
+	if a.resp == "" {
+		cancel()
+		t.Fatalf("proxy %q did not say where it listens: %s", args, stderr.String())
 	}
 	var stopped bool
 	var code int
@@ -294,7 +313,7 @@ func inProcessProxy(t *testing.T, args ...string) (string, func() (int, string))
 		return code, stderr.String()
 	}
 	t.Cleanup(func() { stop() })
-	return addr, stop
+	return a.resp, a.admin, stop
 }
 
 // TestProxyRedisAuthAndTLS runs the proxy against a real redis-server that
@@ -334,7 +353,7 @@ func TestProxyRedisAuthAndTLS(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			addr, stop := inProcessProxy(t, append(tc.args, "--config", conf)...)
+			addr, _, stop := inProcessProxy(t, append(tc.args, "--config", conf)...)
 			rc := redis.NewClient(&redis.Options{Addr: addr})
 			defer rc.Close()
 			counter, plain := "px:"+tc.key, "plain:"+tc.key
