@@ -237,17 +237,37 @@ func ownerOfTB(b testing.TB, cl *testenv.Cluster, key string) string {
 	return ""
 }
 
-// CPUCap, when set, puts the process pid under its own equal CPU share
-// and returns a function that removes that share once the process has
-// exited. BenchmarkScaleOut sets it from the machine's cgroup cpu
-// controller (internal/cgroup, as `hotcount cluster up --node-cpu` caps
-// Redis nodes) when it can write there.
-var CPUCap func(pid int) (release func() error, err error)
+// CPUCap, when set, puts the process pid under its own equal CPU share.
+// BenchmarkScaleOut sets it from the machine's cgroup cpu controller
+// (internal/cgroup, as `hotcount cluster up --node-cpu` caps Redis nodes)
+// when it can write there.
+var CPUCap func(pid int) (*procCap, error)
+
+// procCap is the CPU share of one process.
+type procCap struct {
+	h     cgroup.Hierarchy
+	group string
+}
+
+// throttled returns the part of the accounting periods in which the
+// process hit its quota: near 1 when the cap bounded it, low when it
+// waited for something else (the machine's other load, the load
+// generator).
+func (p *procCap) throttled() float64 {
+	st, err := p.h.Stat(p.group)
+	if err != nil || st.Periods == 0 {
+		return 0
+	}
+	return float64(st.Throttled) / float64(st.Periods)
+}
+
+// release removes the share once the process has exited.
+func (p *procCap) release() error { return p.h.Remove(p.group) }
 
 // cgroupCaps returns a CPUCap that gives each process a group of its own
 // under parent with quota q, on the machine's cpu hierarchy, or the reason
 // why groups cannot be made here.
-func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (func() error, error), error) {
+func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (*procCap, error), error) {
 	h, err := cgroup.Find()
 	if err != nil {
 		return nil, err
@@ -255,7 +275,7 @@ func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (func() error, err
 	if err := h.Check(parent); err != nil {
 		return nil, fmt.Errorf("cannot create CPU groups on %v (run as root, or with a cgroup delegated to this user): %w", h, err)
 	}
-	return func(pid int) (func() error, error) {
+	return func(pid int) (*procCap, error) {
 		group := parent + "/proxy-" + strconv.Itoa(pid)
 		if err := h.Create(group, q); err != nil {
 			return nil, err
@@ -264,7 +284,7 @@ func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (func() error, err
 			h.Remove(group)
 			return nil, err
 		}
-		return func() error { return h.Remove(group) }, nil
+		return &procCap{h: h, group: group}, nil
 	}, nil
 }
 
@@ -315,13 +335,18 @@ func BenchmarkScaleOut(b *testing.B) {
 		if capped {
 			b.Logf("each proxy capped at %v; redis-benchmark -c 50 -n %d INCR per proxy", q, requests)
 		}
-		b.Logf("| proxies | increments/s | per proxy | cluster writes/s | writes/s per proxy | writes/increment |")
-		b.Logf("|---|---|---|---|---|---|")
+		b.Logf("| proxies | increments/s | per proxy | cluster writes/s | writes/s per proxy | writes/increment | periods throttled |")
+		b.Logf("|---|---|---|---|---|---|---|")
 		for _, n := range []int{1, 2, 4} {
 			key := fmt.Sprintf("scale:%s:%d", uniq(b), n)
 			var addrs []string
+			var caps []*procCap
 			for j := 0; j < n; j++ {
-				addrs = append(addrs, startProxyProcess(b, bin, cfg))
+				a, c := startProxyProcess(b, bin, cfg)
+				addrs = append(addrs, a)
+				if c != nil {
+					caps = append(caps, c)
+				}
 			}
 			ctx := context.Background()
 			if err := cluster.ResetStats(ctx); err != nil {
@@ -338,7 +363,11 @@ func BenchmarkScaleOut(b *testing.B) {
 			writes := clusterWrites(b, cluster)
 			total := float64(n * requests)
 			rate, wps := total/elapsed.Seconds(), float64(writes)/elapsed.Seconds()
-			b.Logf("| %d | %.0f | %.0f | %.1f | %.1f | %.5f |", n, rate, rate/float64(n), wps, wps/float64(n), float64(writes)/total)
+			var thr []string
+			for _, c := range caps {
+				thr = append(thr, fmt.Sprintf("%.0f%%", 100*c.throttled()))
+			}
+			b.Logf("| %d | %.0f | %.0f | %.1f | %.1f | %.5f | %s |", n, rate, rate/float64(n), wps, wps/float64(n), float64(writes)/total, strings.Join(thr, " "))
 			b.ReportMetric(rate, fmt.Sprintf("incr/s-%dproxies", n))
 			b.ReportMetric(wps, fmt.Sprintf("writes/s-%dproxies", n))
 		}
@@ -346,8 +375,8 @@ func BenchmarkScaleOut(b *testing.B) {
 }
 
 // startProxyProcess runs `hotcount proxy` as a process (under CPUCap when
-// set) and returns its Redis address.
-func startProxyProcess(b testing.TB, bin, cfg string) string {
+// set) and returns its Redis address and its cap (nil without CPUCap).
+func startProxyProcess(b testing.TB, bin, cfg string) (string, *procCap) {
 	b.Helper()
 	cmd := exec.Command(bin, "proxy", "--resp-listen", "127.0.0.1:0", "--admin-listen", "off",
 		"--redis", strings.Join(cluster.Seeds(), ","), "--config", cfg)
@@ -358,19 +387,19 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	var release func() error
+	var pc *procCap
 	b.Cleanup(func() {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
-		if release != nil {
-			if err := release(); err != nil {
+		if pc != nil {
+			if err := pc.release(); err != nil {
 				b.Errorf("removing the proxy's CPU group: %v", err)
 			}
 		}
 	})
 	if CPUCap != nil {
 		var err error
-		if release, err = CPUCap(cmd.Process.Pid); err != nil {
+		if pc, err = CPUCap(cmd.Process.Pid); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -387,7 +416,7 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 	if !ok {
 		b.Fatalf("proxy process said %q", line)
 	}
-	return addr
+	return addr, pc
 }
 
 // BenchmarkPassThrough runs redis-benchmark SET and GET of a plain key
