@@ -8,15 +8,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidwall/redcon"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/cgroup"
 	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/proxy"
 )
@@ -234,22 +237,91 @@ func ownerOfTB(b testing.TB, cl *testenv.Cluster, key string) string {
 	return ""
 }
 
-// CPUCap, when set, puts the process pid under its own equal CPU share
-// (a cgroup). It is the hook for the scale-out table: `hotcount cluster
-// up --node-cpu` builds such caps for Redis nodes; until the same helper
-// exists for a proxy process, BenchmarkScaleOut runs uncapped and says so.
-var CPUCap func(pid int) error
+// CPUCap, when set, puts the process pid under its own equal CPU share.
+// BenchmarkScaleOut sets it from the machine's cgroup cpu controller
+// (internal/cgroup, as `hotcount cluster up --node-cpu` caps Redis nodes)
+// when it can write there.
+var CPUCap func(pid int) (*procCap, error)
+
+// procCap is the CPU share of one process.
+type procCap struct {
+	h     cgroup.Hierarchy
+	group string
+}
+
+// throttled returns the part of the accounting periods in which the
+// process hit its quota: near 1 when the cap bounded it, low when it
+// waited for something else (the machine's other load, the load
+// generator).
+func (p *procCap) throttled() float64 {
+	st, err := p.h.Stat(p.group)
+	if err != nil || st.Periods == 0 {
+		return 0
+	}
+	return float64(st.Throttled) / float64(st.Periods)
+}
+
+// release removes the share once the process has exited.
+func (p *procCap) release() error { return p.h.Remove(p.group) }
+
+// cgroupCaps returns a CPUCap that gives each process a group of its own
+// under parent with quota q, on the machine's cpu hierarchy, or the reason
+// why groups cannot be made here.
+func cgroupCaps(parent string, q cgroup.Quota) (func(pid int) (*procCap, error), error) {
+	h, err := cgroup.Find()
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Check(parent); err != nil {
+		return nil, fmt.Errorf("cannot create CPU groups on %v (run as root, or with a cgroup delegated to this user): %w", h, err)
+	}
+	return func(pid int) (*procCap, error) {
+		group := parent + "/proxy-" + strconv.Itoa(pid)
+		if err := h.Create(group, q); err != nil {
+			return nil, err
+		}
+		if err := h.Add(group, pid); err != nil {
+			h.Remove(group)
+			return nil, err
+		}
+		return &procCap{h: h, group: group}, nil
+	}, nil
+}
 
 // BenchmarkScaleOut runs 1, 2 and 4 `hotcount proxy` processes in front
-// of the shared cluster, each driven by its own redis-benchmark on one
-// counter key (buffered, 500 ms flushes), and reports the increments
-// absorbed per second and the cluster's writes per second for each count.
-// Without CPUCap the proxies share this machine's cores, so the absorbed
-// rate cannot grow with the count; the writes per second still show
-// about proxies × 2 flushes per second.
+// of the shared cluster, each under its own equal CPU cap
+// (HOTCOUNT_BENCH_PROXY_CPU, default 10% of one CPU, a cgroup each), each
+// driven by its own redis-benchmark -c 50 on one counter key (buffered,
+// 500 ms flushes), and reports the increments absorbed per second and the
+// cluster's writes per second (INFO commandstats) for each count. Where
+// cgroups cannot be written (not root, no cpu controller) it is skipped
+// and says why; HOTCOUNT_BENCH_UNCAPPED=1 runs it uncapped instead, where
+// the proxies share the machine's cores and the absorbed rate cannot grow
+// with their count.
 //
 //	go test ./proxy -run '^$' -bench ScaleOut -benchtime 1x
 func BenchmarkScaleOut(b *testing.B) {
+	share := os.Getenv("HOTCOUNT_BENCH_PROXY_CPU")
+	if share == "" {
+		share = "10%"
+	}
+	q, err := cgroup.ParseCPU(share)
+	if err != nil {
+		b.Fatal(err)
+	}
+	capped := CPUCap != nil
+	if !capped {
+		caps, err := cgroupCaps(fmt.Sprintf("hotcount/bench-scaleout-%d", os.Getpid()), q)
+		switch {
+		case err == nil:
+			CPUCap, capped = caps, true
+			defer func() { CPUCap = nil }()
+		case os.Getenv("HOTCOUNT_BENCH_UNCAPPED") == "1":
+			b.Logf("no CPU caps (%v): proxies run uncapped on shared cores", err)
+		default:
+			b.Skipf("the scale-out table needs a CPU cap per proxy: %v; HOTCOUNT_BENCH_UNCAPPED=1 runs it uncapped", err)
+		}
+	}
 	bin := filepath.Join(b.TempDir(), "hotcount")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/hotcount").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
@@ -258,17 +330,23 @@ func BenchmarkScaleOut(b *testing.B) {
 	if err := os.WriteFile(cfg, []byte("namespaces:\n  - {prefix: \"scale:\", buffered: true}\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 200000)
-	if CPUCap == nil {
-		b.Log("no CPUCap: proxies run uncapped on shared cores (see CPUCap)")
-	}
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 50000)
 	for i := 0; i < b.N; i++ {
-		b.Logf("%8s %16s %18s %12s", "proxies", "increments/s", "cluster writes/s", "writes/incr")
+		if capped {
+			b.Logf("each proxy capped at %v; redis-benchmark -c 50 -n %d INCR per proxy", q, requests)
+		}
+		b.Logf("| proxies | increments/s | per proxy | cluster writes/s | writes/s per proxy | writes/increment | periods throttled |")
+		b.Logf("|---|---|---|---|---|---|---|")
 		for _, n := range []int{1, 2, 4} {
 			key := fmt.Sprintf("scale:%s:%d", uniq(b), n)
 			var addrs []string
+			var caps []*procCap
 			for j := 0; j < n; j++ {
-				addrs = append(addrs, startProxyProcess(b, bin, cfg))
+				a, c := startProxyProcess(b, bin, cfg)
+				addrs = append(addrs, a)
+				if c != nil {
+					caps = append(caps, c)
+				}
 			}
 			ctx := context.Background()
 			if err := cluster.ResetStats(ctx); err != nil {
@@ -284,14 +362,21 @@ func BenchmarkScaleOut(b *testing.B) {
 			elapsed := time.Since(start)
 			writes := clusterWrites(b, cluster)
 			total := float64(n * requests)
-			b.Logf("%8d %16.0f %18.1f %12.5f", n, total/elapsed.Seconds(), float64(writes)/elapsed.Seconds(), float64(writes)/total)
+			rate, wps := total/elapsed.Seconds(), float64(writes)/elapsed.Seconds()
+			var thr []string
+			for _, c := range caps {
+				thr = append(thr, fmt.Sprintf("%.0f%%", 100*c.throttled()))
+			}
+			b.Logf("| %d | %.0f | %.0f | %.1f | %.1f | %.5f | %s |", n, rate, rate/float64(n), wps, wps/float64(n), float64(writes)/total, strings.Join(thr, " "))
+			b.ReportMetric(rate, fmt.Sprintf("incr/s-%dproxies", n))
+			b.ReportMetric(wps, fmt.Sprintf("writes/s-%dproxies", n))
 		}
 	}
 }
 
 // startProxyProcess runs `hotcount proxy` as a process (under CPUCap when
-// set) and returns its Redis address.
-func startProxyProcess(b testing.TB, bin, cfg string) string {
+// set) and returns its Redis address and its cap (nil without CPUCap).
+func startProxyProcess(b testing.TB, bin, cfg string) (string, *procCap) {
 	b.Helper()
 	cmd := exec.Command(bin, "proxy", "--resp-listen", "127.0.0.1:0", "--admin-listen", "off",
 		"--redis", strings.Join(cluster.Seeds(), ","), "--config", cfg)
@@ -302,9 +387,19 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	var pc *procCap
+	b.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if pc != nil {
+			if err := pc.release(); err != nil {
+				b.Errorf("removing the proxy's CPU group: %v", err)
+			}
+		}
+	})
 	if CPUCap != nil {
-		if err := CPUCap(cmd.Process.Pid); err != nil {
+		var err error
+		if pc, err = CPUCap(cmd.Process.Pid); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -321,5 +416,71 @@ func startProxyProcess(b testing.TB, bin, cfg string) string {
 	if !ok {
 		b.Fatalf("proxy process said %q", line)
 	}
-	return addr
+	return addr, pc
+}
+
+// BenchmarkPassThrough runs redis-benchmark SET and GET of a plain key
+// through the proxy and directly on the primary that owns the key,
+// alternating, HOTCOUNT_BENCH_ROUNDS times (default 3) in one run, and
+// reports each round's ratio proxy/direct and their medians. The machine
+// is shared, so the rounds show the spread.
+//
+//	go test ./proxy -run '^$' -bench PassThrough -benchtime 1x
+func BenchmarkPassThrough(b *testing.B) {
+	clients := envInt("HOTCOUNT_BENCH_CLIENTS", 50)
+	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 100000)
+	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
+	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 3)
+	requests -= requests % pipeline
+	for i := 0; i < b.N; i++ {
+		p := uniq(b)
+		e := startProxy(b, nil, proxy.Config{})
+		key := "{" + p + "}pt"
+		direct := ownerOfTB(b, cluster, key)
+		dialRaw(b, e.addr).do("SET", key, "0123456789abcdef")
+		var setR, getR []float64
+		b.Logf("redis-benchmark -c %d -n %d -P %d, requests/s:", clients, requests, pipeline)
+		var cpuR []float64
+		// viaProxy runs redis-benchmark through the proxy and also
+		// returns the proxy's CPU time per request (this process's, in
+		// which the proxy runs), a figure the machine's noise moves less.
+		viaProxy := func(cmd ...string) (benchResult, float64) {
+			t0 := processCPU(b)
+			res := redisBenchmark(b, e.addr, clients, requests, pipeline, cmd...)
+			return res, float64((processCPU(b) - t0).Microseconds()) / float64(requests)
+		}
+		for r := 1; r <= rounds; r++ {
+			setP, setCPU := viaProxy("SET", key, "0123456789abcdef")
+			setD := redisBenchmark(b, direct, clients, requests, pipeline, "SET", key, "0123456789abcdef")
+			getP, getCPU := viaProxy("GET", key)
+			getD := redisBenchmark(b, direct, clients, requests, pipeline, "GET", key)
+			setR = append(setR, setP.rps/setD.rps)
+			getR = append(getR, getP.rps/getD.rps)
+			cpuR = append(cpuR, (setCPU+getCPU)/2)
+			b.Logf("  round %d: SET proxy %7.0f direct %7.0f ratio %.2f | GET proxy %7.0f direct %7.0f ratio %.2f | proxy CPU %.1f / %.1f µs per SET / GET",
+				r, setP.rps, setD.rps, setR[r-1], getP.rps, getD.rps, getR[r-1], setCPU, getCPU)
+		}
+		b.Logf("  median ratio: SET %.2f, GET %.2f; median proxy CPU %.1f µs per command", median(setR), median(getR), median(cpuR))
+		b.ReportMetric(median(setR), "set-proxy/direct")
+		b.ReportMetric(median(getR), "get-proxy/direct")
+		b.ReportMetric(median(cpuR), "proxy-cpu-µs/cmd")
+	}
+}
+
+// median returns the median of v (v is sorted in place).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU(b testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -24,6 +24,10 @@ type Counters interface {
 	Incr(ctx context.Context, key string, delta int64) error
 	// Get returns the summed value of the counter key.
 	Get(ctx context.Context, key string) (hotcount.Reading, error)
+	// GetFresh returns the summed value of the counter key read now,
+	// without the Client's summed-read cache (namespaces that reply
+	// exact).
+	GetFresh(ctx context.Context, key string) (hotcount.Reading, error)
 	// GetMulti returns the summed values of many counters.
 	GetMulti(ctx context.Context, keys []string) (map[string]hotcount.Reading, error)
 	// Clear deletes every part of the counter key.

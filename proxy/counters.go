@@ -143,7 +143,11 @@ func (c *conn) counterIncr(key string, delta int64) {
 	v, ok, a0 := c.s.est.added(key, delta, now, ttlOf(ns), exact)
 	if !ok {
 		c.s.stats.counterReads.Add(1)
-		r, err := c.s.counters.Get(ctx, key)
+		get := c.s.counters.Get
+		if exact {
+			get = c.s.counters.GetFresh
+		}
+		r, err := get(ctx, key)
 		switch {
 		case err != nil:
 			// The increment is applied: answer what is known rather than
@@ -189,7 +193,7 @@ type counterVal struct {
 // and one GetMulti for the rest (one round per node).
 func (c *conn) counterValues(ctx context.Context, keys []string) ([]counterVal, error) {
 	out := make([]counterVal, len(keys))
-	var missing []string
+	var missing, fresh []string
 	idx := map[string][]int{}
 	a0s := map[string]int64{}
 	now := c.s.cfg.Clock.Now()
@@ -206,20 +210,36 @@ func (c *conn) counterValues(ctx context.Context, keys []string) ([]counterVal, 
 			}
 		}
 		if _, seen := idx[k]; !seen {
-			missing = append(missing, k)
+			if exact {
+				fresh = append(fresh, k)
+			} else {
+				missing = append(missing, k)
+			}
 		}
 		idx[k] = append(idx[k], i)
 	}
-	if len(missing) == 0 {
+	if len(missing)+len(fresh) == 0 {
 		return out, nil
 	}
-	c.s.stats.counterReads.Add(int64(len(missing)))
-	got, err := c.s.counters.GetMulti(ctx, missing)
-	if err != nil {
-		return nil, err
+	c.s.stats.counterReads.Add(int64(len(missing) + len(fresh)))
+	got := map[string]hotcount.Reading{}
+	if len(missing) > 0 {
+		var err error
+		if got, err = c.s.counters.GetMulti(ctx, missing); err != nil {
+			return nil, err
+		}
+	}
+	// Exact namespaces read past the Client's summed-read cache: one
+	// fresh read (one round per node) per counter.
+	for _, k := range fresh {
+		r, err := c.s.counters.GetFresh(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		got[k] = r
 	}
 	now = c.s.cfg.Clock.Now()
-	for _, k := range missing {
+	for _, k := range append(missing, fresh...) {
 		r := got[k]
 		// A non-zero sum proves the counter exists; a zero one may be a
 		// counter brought back to 0, which exists, or none.

@@ -123,11 +123,12 @@ func TestCounterCommands(t *testing.T) {
 }
 
 // TestExactReply: a namespace with ReplyExact answers INCR with a fresh
-// summed read, which sees increments of another process at once.
+// summed read, which sees increments of another process at once, whatever
+// the namespace's read-cache TTL (the Client's cache is not consulted).
 func TestExactReply(t *testing.T) {
 	p := uniq(t)
 	ctx := context.Background()
-	ns := []hotcount.Namespace{{Prefix: p + "exact:", ReadCacheTTL: time.Nanosecond}, {Prefix: p + "est:", ReadCacheTTL: time.Hour}}
+	ns := []hotcount.Namespace{{Prefix: p + "exact:", ReadCacheTTL: time.Hour}, {Prefix: p + "est:", ReadCacheTTL: time.Hour}}
 	e := startProxy(t, ns, proxy.Config{Replies: map[string]proxy.Reply{p + "exact:": proxy.ReplyExact}})
 	other, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Namespaces: ns})
 	if err != nil {

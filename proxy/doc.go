@@ -45,10 +45,10 @@
 // increments stop, the first read past the TTL is exact.
 //
 // A namespace with reply "exact" (ReplyExact) answers a fresh summed read
-// after each increment instead: one pipelined round to every node that
-// holds a sub-counter and N keys read per INCR (concurrent INCRs of one
-// key share a read). Its namespace should have a read-cache TTL of 1 ns so
-// that the Client does not answer from its cache. For a buffered
+// after each increment instead (Counters.GetFresh, past the Client's
+// summed-read cache): one pipelined round to every node that holds a
+// sub-counter and N keys read per INCR; GET and MGET read it afresh too.
+// For a buffered
 // namespace the value includes this proxy's unflushed delta, not other
 // processes'.
 //

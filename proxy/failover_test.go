@@ -63,16 +63,23 @@ func (l *proxyLoad) halt() { close(l.stop); l.wg.Wait() }
 
 // TestPrimaryKilledUnderLoad kills a primary of a dedicated 3+3 cluster
 // while clients increment a buffered counter key and a plain key through
-// the proxy. The proxy recovers by itself (its rueidis clients and the
-// Client's find the promoted replica): commands succeed again without a
-// restart, the buffered deltas held meanwhile are flushed, and the
-// counter's total is within the namespace's window: Redis replicates
-// asynchronously, so what the dead primary acknowledged in its last
-// moments may be lost — at most what was acknowledged to the clients in
-// the last second and one flush interval before the kill — and nothing is
-// counted twice. The primary killed is the one that owns the plain key, so
-// the pass-through is hit too.
+// the proxy: once the primary that owns the plain key (the pass-through is
+// hit), once the primary that holds the counter's sub-counter (the
+// buffered flushes are hit). The proxy recovers by itself (its rueidis
+// clients and the Client's find the promoted replica): commands succeed
+// again without a restart, the buffered deltas held meanwhile are flushed,
+// and the counter's total is within the namespace's window: Redis
+// replicates asynchronously, so what the dead primary acknowledged in its
+// last moments may be lost — at most what was acknowledged to the clients
+// in the last second and one flush interval before the kill — and nothing
+// is counted twice.
 func TestPrimaryKilledUnderLoad(t *testing.T) {
+	for _, victim := range []string{"plain", "counter"} {
+		t.Run("owner of the "+victim+" key", func(t *testing.T) { primaryKilledUnderLoad(t, victim == "counter") })
+	}
+}
+
+func primaryKilledUnderLoad(t *testing.T, counterOwner bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3, Replicas: 1})
@@ -126,6 +133,13 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	// Two seconds of load first: the counter's metadata, pinned by its
 	// first increment, is then long replicated when the primary dies.
 	time.Sleep(2 * time.Second)
+	if counterOwner {
+		sub, err := hc.SubKeys(ctx, counterKey)
+		if err != nil || len(sub) == 0 {
+			t.Fatalf("sub-counters of %s: %v %v", counterKey, sub, err)
+		}
+		victim = ownerOfIn(t, cl, sub[0])
+	}
 	killAt := time.Now()
 	if err := cl.Node(victim).Kill(); err != nil {
 		t.Fatal(err)
@@ -177,8 +191,8 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	mu.Unlock()
 	acked, attempted := l.counterAcked.Load(), l.attempted.Load()
 	loss := acked - got.Value
-	t.Logf("killed %s (owner of the plain key); pass-through working again after %v; counter: acked %d, attempted %d, cluster %d, loss %d (bound %d); errors seen by clients %d",
-		victim, recovered.Round(time.Millisecond), acked, attempted, got.Value, loss, window, l.errs.Load())
+	t.Logf("killed %s (counter's owner: %v); pass-through working again after %v; counter: acked %d, attempted %d, cluster %d, loss %d (bound %d); errors seen by clients %d",
+		victim, counterOwner, recovered.Round(time.Millisecond), acked, attempted, got.Value, loss, window, l.errs.Load())
 	if got.Value > attempted {
 		t.Fatalf("the cluster holds %d, more than the %d increments sent: double count", got.Value, attempted)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/proxy"
+	"github.com/hotcount/hotcount/server"
 )
 
 // proxyFlags maps the proxy's flag names to the settings they set.
@@ -40,17 +41,24 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := newFlagSet("proxy", stdout, stderr)
 	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
-	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz), or off; env HOTCOUNT_ADMIN_LISTEN")
+	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz, the dashboard), or off; env HOTCOUNT_ADMIN_LISTEN")
 	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
-	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
+	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
 	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
 	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
 	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
+	registerRedisSecurity(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { set[proxyFlags[f.Name]] = f.Value.String() })
+	fs.Visit(func(f *flag.Flag) {
+		if s, ok := proxyFlags[f.Name]; ok {
+			set[s] = f.Value.String()
+		} else { // the redis_* login and TLS settings: serve's names
+			set[settingName(f.Name)] = f.Value.String()
+		}
+	})
 	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return usagef(stderr, "proxy: %s", proxyFlagNames(err.Error()))
@@ -70,19 +78,19 @@ func proxyFlagNames(msg string) string {
 	for flagName, setting := range proxyFlags {
 		msg = strings.ReplaceAll(msg, "flag --"+setting+")", "flag --"+flagName+")")
 	}
+	for _, f := range redisSecurityFlags {
+		msg = strings.ReplaceAll(msg, "flag --"+f.setting+")", "flag --"+flagName(f.setting)+")")
+	}
 	return msg
 }
 
-// proxyClientConfig is the Client configuration of the proxy: serve's,
-// with a 1 ns read cache for namespaces that reply exact (every read is a
-// fresh one).
+// proxyClientConfig is the Client configuration of the proxy (serve's)
+// and the reply mode of each namespace. A namespace that replies exact
+// keeps its read cache for other reads; the proxy reads it with GetFresh.
 func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, map[string]proxy.Reply) {
 	hc := clientConfig(cfg, db)
 	replies := map[string]proxy.Reply{}
-	for i, ns := range cfg.Namespaces {
-		if ns.Reply == string(proxy.ReplyExact) {
-			hc.Namespaces[i].ReadCacheTTL = time.Nanosecond
-		}
+	for _, ns := range cfg.Namespaces {
 		replies[ns.Prefix] = proxy.Reply(ns.Reply)
 	}
 	return hc, replies
@@ -145,7 +153,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 	var admin *http.Server
 	adminDone := make(chan error, 1)
 	if cfg.AdminListen != "off" {
-		h, err := srv.AdminHandler()
+		h, err := proxyAdmin(srv, hc, logger)
 		var aln net.Listener
 		if err == nil {
 			aln, err = net.Listen("tcp", cfg.AdminListen)
@@ -200,4 +208,35 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// proxyDashboardRoutes are the routes of serve's handler that the proxy's
+// admin port serves: the dashboard and the read-only API it draws from.
+// Nothing that writes (increments, clears, resizes, deadlines) is served
+// there; counter writes go through the Redis protocol.
+var proxyDashboardRoutes = []string{
+	"GET /{$}", "GET /favicon.ico", "GET /assets/",
+	"GET /v1/nodes", "GET /v1/hotkeys", "GET /v1/stats",
+	"GET /v1/counters/{key}", "POST /v1/counters:get", "GET /v1/counters/{key}/shards",
+}
+
+// proxyAdmin is the handler of the proxy's admin port: the proxy's
+// /metrics, /healthz and /readyz, and serve's dashboard with the read-only
+// routes it uses (hot keys, writes per node, loss window) over the
+// proxy's Client.
+func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, logger *slog.Logger) (http.Handler, error) {
+	own, err := srv.AdminHandler()
+	if err != nil {
+		return nil, err
+	}
+	dash, err := server.New(server.Config{Client: hc, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", own)
+	for _, p := range proxyDashboardRoutes {
+		mux.Handle(p, dash)
+	}
+	return mux, nil
 }

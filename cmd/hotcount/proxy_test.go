@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -255,4 +256,101 @@ func TestProxyBinaryKill(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestProxyAdminDashboard: the proxy's admin port serves the dashboard and
+// the read-only routes it draws from, over the proxy's Client: after
+// INCRs through the Redis protocol, the counter shows among the hot keys
+// with its value and the cluster's nodes are listed; /metrics counts the
+// commands; the routes that write are not served there.
+func TestProxyAdminDashboard(t *testing.T) {
+	clearServeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	conf := filepath.Join(t.TempDir(), "proxy.yaml")
+	os.WriteFile(conf, []byte("namespaces: [{prefix: \"likes:\", buffered: true}]\n"), 0o644)
+	addr, admin, stop := inProcessProxy(t, "--redis", n.Addr, "--config", conf, "--admin-listen", "127.0.0.1:0")
+	if admin == "" {
+		t.Fatal("the proxy did not print its admin address")
+	}
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	for range 200 {
+		if err := rc.Incr(ctx, "likes:post:42").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {
+		t.Fatalf("GET /: %d %.200s", code, body)
+	}
+	// Arrival rates are taken over a window: keep incrementing until the
+	// key shows (bounded).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, body := get("/v1/hotkeys?n=10")
+		if code == 200 && strings.Contains(body, `"likes:post:42"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/hotkeys: %d %s", code, body)
+		}
+		for range 50 {
+			if err := rc.Incr(ctx, "likes:post:42").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	total, err := rc.Get(ctx, "likes:post:42").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("/v1/counters/likes:post:42"); code != 200 || !strings.Contains(body, fmt.Sprintf(`"value":%d`, total)) {
+		t.Fatalf("GET /v1/counters/likes:post:42: %d %s", code, body)
+	}
+	if code, body := get("/v1/nodes"); code != 200 || !strings.Contains(body, n.Addr[strings.LastIndex(n.Addr, ":"):]) {
+		t.Fatalf("GET /v1/nodes: %d %s", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, fmt.Sprintf("hotcount_proxy_counter_increments_total %d\n", total)) {
+		t.Fatalf("GET /metrics: %d, no hotcount_proxy_counter_increments_total %d", code, total)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("GET /healthz: %d", code)
+	}
+	for _, w := range []struct{ method, path string }{
+		{"POST", "/v1/counters/likes:post:42/incr"}, {"DELETE", "/v1/counters/likes:post:42"},
+		{"PUT", "/v1/counters/likes:post:42/shards"}, {"PUT", "/v1/counters/likes:post:42/ttl"},
+	} {
+		req, _ := http.NewRequest(w.method, admin+w.path, strings.NewReader(`{"by":1,"n":4,"ttl_ms":1000}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("%s %s on the admin port: %d, want it not served", w.method, w.path, resp.StatusCode)
+		}
+	}
+	if v, err := rc.Get(ctx, "likes:post:42").Int64(); err != nil || v != total {
+		t.Fatalf("after the refused writes the counter reads %d %v, want %d", v, err, total)
+	}
+	rc.Close()
+	if code, stderr := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hotcount/hotcount/internal/testenv"
 )
@@ -252,5 +254,154 @@ func TestServePostgresTLS(t *testing.T) {
 	code, stderr := serveFails(t, "--postgres", u.String(), "--data", "")
 	if code != exitFailure || !strings.Contains(stderr, "certificate") {
 		t.Fatalf("verify-full with a foreign CA: exit %d, %q", code, stderr)
+	}
+}
+
+// inProcessProxy runs `hotcount proxy` in this process (admin port off
+// unless args set --admin-listen) and returns its Redis address, its admin
+// base URL ("" when off) and a stop function that cancels it (as SIGTERM
+// does) and returns its exit status and stderr.
+func inProcessProxy(t *testing.T, args ...string) (string, string, func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runProxy(ctx, append([]string{"--resp-listen", "127.0.0.1:0", "--admin-listen", "off"}, args...), pw, stderr)
+		pw.Close()
+	}()
+	type addrs struct{ resp, admin string }
+	got := make(chan addrs, 1)
+	go func() {
+		var a addrs
+		br := bufio.NewReader(pr)
+		for {
+			l, err := br.ReadString('\n')
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "admin on "); ok {
+				a.admin = v
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "listening on redis://"); ok {
+				a.resp = v
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
+		got <- a
+		io.Copy(io.Discard, br)
+	}()
+	var a addrs
+	select {
+	case a = <-got:
+	case code := <-done:
+		cancel()
+		t.Fatalf("proxy %q exited %d before listening: %s", args, code, stderr.String())
+	}
+	if a.resp == "" {
+		cancel()
+		t.Fatalf("proxy %q did not say where it listens: %s", args, stderr.String())
+	}
+	var stopped bool
+	var code int
+	stop := func() (int, string) {
+		if !stopped {
+			cancel()
+			code, stopped = <-done, true
+		}
+		return code, stderr.String()
+	}
+	t.Cleanup(func() { stop() })
+	return a.resp, a.admin, stop
+}
+
+// TestProxyRedisAuthAndTLS runs the proxy against a real redis-server that
+// asks for a password, has an ACL user and serves TLS with a CA made for
+// the test, with serve's --redis-* flags (and the environment): through
+// each way in, an INCR on a counter key lands in that Redis as
+// sub-counters and a plain SET/GET passes through; a missing or wrong
+// password and TLS without the CA fail at start with a message.
+func TestProxyRedisAuthAndTLS(t *testing.T) {
+	clearServeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := testenv.StartSecureNode(ctx, testenv.SecureOptions{Password: "node-pass", User: "hc", UserPassword: "user-pass", TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	dir := t.TempDir()
+	passFile := filepath.Join(dir, "redis-pass")
+	os.WriteFile(passFile, []byte("node-pass\n"), 0o600)
+	conf := filepath.Join(dir, "proxy.yaml")
+	os.WriteFile(conf, []byte("namespaces: [{prefix: \"px:\", n: 4}]\n"), 0o644)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		key  string
+	}{
+		{"requirepass from a file", []string{"--redis", n.Addr, "--redis-password-file", passFile}, nil, "file"},
+		{"ACL user, password from the environment", []string{"--redis", n.Addr, "--redis-username", "hc"}, map[string]string{"HOTCOUNT_REDIS_PASSWORD": "user-pass"}, "acl"},
+		{"TLS with the test CA", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-password-file", passFile}, nil, "tls"},
+		{"TLS with a client certificate", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-tls-cert", n.Files.ClientCert,
+			"--redis-tls-key", n.Files.ClientKey, "--redis-username", "hc", "--redis-password", "user-pass"}, nil, "mtls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			addr, _, stop := inProcessProxy(t, append(tc.args, "--config", conf)...)
+			rc := redis.NewClient(&redis.Options{Addr: addr})
+			defer rc.Close()
+			counter, plain := "px:"+tc.key, "plain:"+tc.key
+			for range 5 {
+				if err := rc.IncrBy(ctx, counter, 3).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v, err := rc.Get(ctx, counter).Int64(); err != nil || v != 15 {
+				t.Fatalf("GET %s through the proxy: %d %v, want 15", counter, v, err)
+			}
+			if err := rc.Set(ctx, plain, "v-"+tc.key, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := rc.Get(ctx, plain).Result(); err != nil || v != "v-"+tc.key {
+				t.Fatalf("GET %s through the proxy: %q %v", plain, v, err)
+			}
+			rc.Close()
+			if code, stderr := stop(); code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if v, err := n.Do(ctx, "GET", plain); err != nil || v != "v-"+tc.key {
+				t.Fatalf("the plain key in the Redis: %q %v", v, err)
+			}
+			keys, err := n.Do(ctx, "KEYS", "{"+counter+"#*")
+			if err != nil || keys == "" {
+				t.Fatalf("the counter is not in the Redis: %q %v", keys, err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no password", []string{"--redis", n.Addr}, "NOAUTH"},
+		{"wrong password", []string{"--redis", n.Addr, "--redis-password", "nope"}, "WRONGPASS"},
+		{"TLS without the CA", []string{"--redis", n.TLSAddr, "--redis-tls", "--redis-password-file", passFile}, "certificate"},
+		{"user without a password", []string{"--redis", n.Addr, "--redis-username", "hc"}, "redis_username needs a password"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out, errb syncBuffer
+			code := runProxy(ctx, append([]string{"--resp-listen", "127.0.0.1:0", "--admin-listen", "off", "--config", conf}, tc.args...), &out, &errb)
+			if strings.Contains(out.String(), "listening") || code == exitOK || !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want a failure before listening mentioning %q", code, out.String(), errb.String(), tc.want)
+			}
+		})
 	}
 }

@@ -46,14 +46,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	boolean(setAccessLog, false, "log one line per request")
 	str(setTLSCert, "", "PEM certificate: serve HTTPS (with --tls-key)")
 	str(setTLSKey, "", "PEM key of --tls-cert")
-	str(setRedisUser, "", "Redis ACL user")
-	str(setRedisPass, "", "Redis password (prefer --redis-password-file or the environment)")
-	str(setRedisPassFile, "", "file holding the Redis password")
-	boolean(setRedisTLS, false, "connect to Redis with TLS (system roots unless --redis-tls-ca)")
-	str(setRedisCA, "", "PEM file of the CA of the Redis certificates (implies TLS)")
-	str(setRedisCert, "", "PEM client certificate for Redis (with --redis-tls-key; implies TLS)")
-	str(setRedisKey, "", "PEM key of --redis-tls-cert")
-	str(setRedisSNI, "", "name the Redis certificates are checked against (default: each address's host)")
+	registerRedisSecurity(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
