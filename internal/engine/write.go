@@ -69,7 +69,11 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	}
 	now := e.cfg.Clock.Now()
 	w, dl, cached := e.cachedWriteSet(key, now)
-	if !cached {
+	switch {
+	case cached:
+	case e.meta == nil:
+		w = writeSet{labels: e.naive[e.ns.Lookup(key).N]}
+	default:
 		// Not cached (a counter's first writes here): the look-up may
 		// keep the key.
 		k := strings.Clone(key)
