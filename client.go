@@ -143,7 +143,7 @@ func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 		}
 		return nil
 	}
-	return c.incr(ctx, strings.Clone(key), delta, "")
+	return c.incr(ctx, key, delta, "")
 }
 
 // IncrID adds delta to the durable-mode counter key, with id as the
@@ -169,11 +169,11 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 	n := c.cfg.table.Lookup(key)
 	switch {
 	case n.Mode == ModeDurable:
-		return c.dur.Commit(ctx, n, key, delta, id)
+		return c.dur.Commit(ctx, n, strings.Clone(key), delta, id)
 	case id != "":
-		return fmt.Errorf("incr %q: %w", key, ErrNotDurable)
+		return fmt.Errorf("incr %q: %w", strings.Clone(key), ErrNotDurable)
 	case c.dur != nil:
-		c.dur.Touch(n, key)
+		c.dur.Touch(n, strings.Clone(key))
 	}
 	if n.Buffered {
 		return c.eng.Add(n, key, delta)

@@ -34,19 +34,26 @@ type EventRow struct {
 	AtNs, N int64
 }
 
-// Ingest writes rows into empty tables shaped like ids and events, in the
+// Ingest writes rows into tables shaped like ids and events (empty on its
+// first call, which creates them; later calls add to them), in the
 // backend's fastest bulk way (COPY, or one transaction of inserts), and
 // returns how long that took, commit included.
 type Ingest func(ctx context.Context, ids []IDRow, events []EventRow) (time.Duration, error)
 
+// benchSlices is how many alternating slices BenchDurable splits its run
+// into: durable increments, then the bulk ingest of the same rows, and
+// again, so that load from elsewhere on the machine slows both alike.
+const benchSlices = 4
+
 // BenchDurable measures, in one run, durable acknowledged increments per
 // second through a Committer with callers concurrent callers, each with
 // its own idempotency ids, over one hot key (keys 1) or spread over keys
-// keys; and then the backend's own ingest of exactly the rows the durable
-// path wrote (one ids row per increment, and as many events rows as it
-// wrote) with ingest. It reports incr/s, ingest_incr/s, their ratio,
-// events/batch and log rows per increment, and checks that every
-// acknowledged increment is in the log.
+// keys; and the backend's own ingest of exactly the rows the durable path
+// wrote (one ids row per increment, and as many events rows as it wrote)
+// with ingest. The two alternate in benchSlices slices of the run. It
+// reports incr/s, ingest_incr/s, their ratio, events/batch and log rows
+// per increment, and checks that every acknowledged increment is in the
+// log.
 func BenchDurable(b *testing.B, log durable.Backend, cfg durable.CommitterConfig, callers, keys int, ingest Ingest) {
 	ctx := context.Background()
 	var r [4]byte
@@ -58,7 +65,7 @@ func BenchDurable(b *testing.B, log durable.Backend, cfg durable.CommitterConfig
 		}
 		return "views:" + strconv.Itoa(i%keys)
 	}
-	before, err := log.Stats(ctx)
+	first, err := log.Stats(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,38 +73,79 @@ func BenchDurable(b *testing.B, log durable.Backend, cfg durable.CommitterConfig
 	if err != nil {
 		b.Fatal(err)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
+	sent := make([]int, callers) // increments sent by each caller
+	var took time.Duration       // in ingest
+	var logRows int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	for w := range callers {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				id := prefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
-				if dup, err := c.Append(ctx, durable.Event{Key: key(i), Delta: 1, ID: id}); err != nil || dup {
-					b.Errorf("append: dup %v, %v", dup, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
 	b.StopTimer()
+	for done, s := 0, 0; s < benchSlices; s++ {
+		end := done + (b.N-done)/(benchSlices-s)
+		if end == done {
+			continue
+		}
+		before, err := log.Stats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var next atomic.Int64
+		next.Store(int64(done))
+		var wg sync.WaitGroup
+		for w := range callers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= end {
+						return
+					}
+					id := prefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(sent[w])
+					sent[w]++
+					if dup, err := c.Append(ctx, durable.Event{Key: key(i), Delta: 1, ID: id}); err != nil || dup {
+						b.Errorf("append: dup %v, %v", dup, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		after, err := log.Stats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows := after.Rows["events"] - before.Rows["events"]
+		logRows += rows
+
+		// The same rows, ingested in bulk.
+		ids := make([]IDRow, end-done)
+		const now = 1 << 60 // any first-seen time: the rows' size is what counts
+		for j := range ids {
+			i := done + j
+			ids[j] = IDRow{Key: key(i), ID: fmt.Sprintf("%s-%d-%d", prefix, i%callers, i/callers), Delta: 1, SeenNs: now}
+		}
+		events := make([]EventRow, rows)
+		per := max(int64(end-done)/max(rows, 1), 1)
+		for j := range events {
+			events[j] = EventRow{Key: key(done + j), Delta: per, AtNs: now, N: per}
+		}
+		t, err := ingest(ctx, ids, events)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took += t
+		done = end
+	}
 	elapsed := b.Elapsed()
 	if err := c.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
 	st := c.Stats()
-	after, err := log.Stats(ctx)
+	last, err := log.Stats(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	logRows := after.Rows["events"] - before.Rows["events"]
-	if got := after.Rows["ids"] - before.Rows["ids"]; got != int64(b.N) {
+	if got := last.Rows["ids"] - first.Rows["ids"]; got != int64(b.N) {
 		b.Fatalf("%d ids rows after %d acknowledged increments", got, b.N)
 	}
 	var sum int64
@@ -114,22 +162,6 @@ func BenchDurable(b *testing.B, log durable.Backend, cfg durable.CommitterConfig
 	}
 	if sum != int64(b.N) {
 		b.Fatalf("Exact sums to %d after %d acknowledged increments", sum, b.N)
-	}
-
-	// The same rows, ingested in bulk.
-	ids := make([]IDRow, b.N)
-	const now = 1 << 60 // any first-seen time: the rows' size is what counts
-	for i := range ids {
-		ids[i] = IDRow{Key: key(i), ID: fmt.Sprintf("%s-%d-%d", prefix, i%callers, i/callers), Delta: 1, SeenNs: now}
-	}
-	events := make([]EventRow, logRows)
-	per := max(int64(b.N)/max(logRows, 1), 1)
-	for i := range events {
-		events[i] = EventRow{Key: key(i), Delta: per, AtNs: now, N: per}
-	}
-	took, err := ingest(ctx, ids, events)
-	if err != nil {
-		b.Fatal(err)
 	}
 	rate := float64(b.N) / elapsed.Seconds()
 	ceiling := float64(b.N) / took.Seconds()

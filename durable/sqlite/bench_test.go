@@ -21,8 +21,8 @@ func benchDB(b *testing.B) *sqlite.DB {
 	return db
 }
 
-// bulkIngest inserts the rows into empty copies of ids and events (same
-// columns and indexes) in a second file, with one prepared statement per
+// bulkIngest inserts the rows into copies of ids and events (same columns
+// and indexes, empty at first) in a second file, with one prepared statement per
 // table in one transaction (synchronous=FULL, as the backend).
 func bulkIngest(dir string) durabletest.Ingest {
 	return func(ctx context.Context, ids []durabletest.IDRow, events []durabletest.EventRow) (time.Duration, error) {
@@ -32,11 +32,11 @@ func bulkIngest(dir string) durabletest.Ingest {
 		}
 		defer db.Close()
 		db.SetMaxOpenConns(1)
-		if _, err := db.ExecContext(ctx, `CREATE TABLE ids (key TEXT NOT NULL, id TEXT NOT NULL, delta INTEGER,
+		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS ids (key TEXT NOT NULL, id TEXT NOT NULL, delta INTEGER,
 				seen_ns INTEGER NOT NULL, PRIMARY KEY (key, id)) WITHOUT ROWID;
-			CREATE INDEX ids_seen ON ids (seen_ns);
-			CREATE TABLE events (key TEXT NOT NULL, delta INTEGER NOT NULL, at_ns INTEGER NOT NULL, n INTEGER NOT NULL);
-			CREATE INDEX events_key ON events (key);`); err != nil {
+			CREATE INDEX IF NOT EXISTS ids_seen ON ids (seen_ns);
+			CREATE TABLE IF NOT EXISTS events (key TEXT NOT NULL, delta INTEGER NOT NULL, at_ns INTEGER NOT NULL, n INTEGER NOT NULL);
+			CREATE INDEX IF NOT EXISTS events_key ON events (key);`); err != nil {
 			return 0, err
 		}
 		start := time.Now()

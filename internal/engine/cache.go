@@ -10,7 +10,7 @@ import (
 // past sweepAt, so the cache stays bounded by the set of recently read keys.
 type readCache struct {
 	mu      sync.Mutex
-	m       map[string]cacheEntry
+	m       map[string]*cacheEntry // pointers: add updates in place, and keeps no key
 	sweepAt int
 }
 
@@ -21,15 +21,17 @@ type cacheEntry struct {
 }
 
 func (rc *readCache) init() {
-	rc.m = make(map[string]cacheEntry)
+	rc.m = make(map[string]*cacheEntry)
 	rc.sweepAt = 1 << 16
 }
 
 func (rc *readCache) get(key string) (value int64, n int, at time.Time, ok bool) {
 	rc.mu.Lock()
-	e, ok := rc.m[key]
-	rc.mu.Unlock()
-	return e.value, e.n, e.at, ok
+	defer rc.mu.Unlock()
+	if e, ok := rc.m[key]; ok {
+		return e.value, e.n, e.at, true
+	}
+	return 0, 0, time.Time{}, false
 }
 
 func (rc *readCache) put(key string, value int64, n int, at time.Time) {
@@ -46,7 +48,7 @@ func (rc *readCache) put(key string, value int64, n int, at time.Time) {
 			clear(rc.m)
 		}
 	}
-	rc.m[key] = cacheEntry{value: value, n: n, at: at}
+	rc.m[key] = &cacheEntry{value: value, n: n, at: at}
 }
 
 // add applies this process's own increment to a cached sum, so it reads its
@@ -63,7 +65,6 @@ func (rc *readCache) add(key string, delta int64) {
 		return
 	}
 	e.value += delta
-	rc.m[key] = e
 }
 
 func (rc *readCache) drop(key string) {

@@ -102,12 +102,14 @@ type Config struct {
 
 // Engine is the data path. It is safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	st    store.Store
-	ns    *ns.Table
-	meta  *meta.Manager    // nil when the store keeps no metadata
-	exp   expirer          // nil when the store keeps no deadlines
-	naive map[int][]string // label sets by N without metadata
+	cfg  Config
+	st   store.Store
+	ns   *ns.Table
+	meta *meta.Manager // nil when the store keeps no metadata
+	exp  expirer       // nil when the store keeps no deadlines
+	// slotIncr is the store when it takes slots from the caller, or nil.
+	slotIncr slotIncrementer
+	naive    map[int][]string // label sets by N without metadata
 
 	labelsDownUntil atomic.Int64 // unix ns: until then WriteLabels fails fast
 
@@ -141,6 +143,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.exp, _ = cfg.Store.(expirer)
+	e.slotIncr, _ = cfg.Store.(slotIncrementer)
 	if mb, ok := cfg.Store.(meta.Backend); ok {
 		e.meta, err = meta.NewManager(mb, meta.Config{
 			TTL:      cfg.MetaTTL,

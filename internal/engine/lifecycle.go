@@ -67,25 +67,50 @@ func (e *Engine) expireAtFor(key, label string) (at time.Time, expired bool) {
 	if e.meta == nil {
 		return time.Time{}, false
 	}
-	now := e.cfg.Clock.Now()
-	if d := e.meta.CachedDeadline(key); !d.IsZero() {
-		if !now.Before(d) {
+	var d int64
+	if t := e.meta.CachedDeadline(key); !t.IsZero() {
+		d = t.UnixMilli()
+	}
+	return e.expireAtWith(key, label, d, e.cfg.Clock.Now())
+}
+
+// expireAtWith is expireAtFor with the counter's cached deadline d (Unix
+// ms, 0 none) and the time now.
+func (e *Engine) expireAtWith(key, label string, d int64, now time.Time) (at time.Time, expired bool) {
+	if d != 0 {
+		t := time.UnixMilli(d)
+		if !now.Before(t) {
 			return time.Time{}, true
 		}
 		if label != keyspace.ColdLabel {
-			d = d.Add(store.DeadlineGrace)
+			t = t.Add(store.DeadlineGrace)
 		}
-		return d, false
+		return t, false
 	}
-	if ttl := e.ns.Lookup(key).TTL; ttl > 0 && label == keyspace.ColdLabel {
+	if label != keyspace.ColdLabel {
+		return time.Time{}, false
+	}
+	if ttl := e.ns.Lookup(key).TTL; ttl > 0 {
 		return now.Add(ttl), false
 	}
 	return time.Time{}, false
 }
 
-// incrBy sends one increment, with the deadline its sub-counter takes.
-func (e *Engine) incrBy(ctx context.Context, sub string, delta int64, at time.Time) (int64, error) {
+// slotIncrementer is a store that takes a key's slot from the caller,
+// which keeps the slots of a counter's sub-keys, instead of hashing the
+// key again.
+type slotIncrementer interface {
+	// IncrBySlot is IncrBy of key, whose slot is slot.
+	IncrBySlot(ctx context.Context, key string, slot uint16, delta int64) (int64, error)
+}
+
+// incrBy sends one increment, with the deadline its sub-counter takes;
+// slot is sub's slot, or -1 when not at hand.
+func (e *Engine) incrBy(ctx context.Context, sub string, slot int, delta int64, at time.Time) (int64, error) {
 	if at.IsZero() || e.exp == nil {
+		if slot >= 0 && e.slotIncr != nil {
+			return e.slotIncr.IncrBySlot(ctx, sub, uint16(slot), delta)
+		}
 		return e.st.IncrBy(ctx, sub, delta)
 	}
 	return e.exp.IncrByExpire(ctx, sub, delta, at)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount/buffer"
@@ -64,36 +65,59 @@ func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
 		// No sub-counter within the bound can take it.
-		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", key, store.ErrOverflow, delta, int64(store.MaxValue))
+		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", strings.Clone(key), store.ErrOverflow, delta, int64(store.MaxValue))
 	}
-	w, err := e.writeSetNow(ctx, key)
-	if err != nil {
-		return fmt.Errorf("incr %q: %w", key, err)
+	now := e.cfg.Clock.Now()
+	w, dl, cached := e.cachedWriteSet(key, now)
+	switch {
+	case cached:
+	case e.meta == nil:
+		w = writeSet{labels: e.naive[e.ns.Lookup(key).N]}
+	default:
+		// Not cached (a counter's first writes here): the look-up may
+		// keep the key.
+		k := strings.Clone(key)
+		l, err := e.writeLabelsNow(ctx, k)
+		if err != nil {
+			return fmt.Errorf("incr %q: %w", k, err)
+		}
+		w = writeSet{labels: l}
 	}
 	i := pick(e.cfg.Rand(), len(w.labels))
 	label, sub := w.labels[i], w.sub(key, i)
-	at, expired := e.expireAtFor(key, label)
+	var at time.Time
+	var expired bool
+	if cached {
+		at, expired = e.expireAtWith(key, label, dl, now)
+	} else {
+		at, expired = e.expireAtFor(key, label)
+	}
 	if expired {
 		// Past its deadline: what is left goes, and a new counter starts.
-		if err := e.expireNow(ctx, key); err != nil {
-			return fmt.Errorf("incr %q: %w", key, err)
+		k := strings.Clone(key)
+		if err := e.expireNow(ctx, k); err != nil {
+			return fmt.Errorf("incr %q: %w", k, err)
 		}
-		label, sub = keyspace.ColdLabel, keyspace.SubKey(key, keyspace.ColdLabel)
-		at, _ = e.expireAtFor(key, label)
+		label, sub = keyspace.ColdLabel, keyspace.SubKey(k, keyspace.ColdLabel)
+		at, _ = e.expireAtFor(k, label)
 		w = writeSet{}
 	}
-	v, err := e.incrBy(ctx, sub, delta, at)
+	slot := -1
+	if w.slots != nil {
+		slot = int(w.slots[i])
+	}
+	v, err := e.incrBy(ctx, sub, slot, delta, at)
 	if err != nil {
-		return fmt.Errorf("incr %q: %w", key, err)
+		return fmt.Errorf("incr %q: %w", strings.Clone(key), err)
 	}
 	if v > store.MaxValue || v < -store.MaxValue {
 		// Past the sub-counter bound: take the increment back. One round
 		// trip in the common case; a reader may see the excess for the
 		// moment between the two.
 		if _, err := e.st.IncrBy(ctx, sub, -delta); err != nil {
-			return fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", key, store.ErrUnavailable, delta, sub, err)
+			return fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", strings.Clone(key), store.ErrUnavailable, delta, sub, err)
 		}
-		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", key, store.ErrOverflow, sub, int64(store.MaxValue))
+		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", strings.Clone(key), store.ErrOverflow, sub, int64(store.MaxValue))
 	}
 	e.obs.arrived(key, 1)
 	e.obs.wroteKey(key, 1)
@@ -124,18 +148,21 @@ func (w writeSet) slot(sub string, i int) uint16 {
 	return keyspace.Slot(sub)
 }
 
-// writeSetNow is writeLabelsNow with the cached sub-keys.
-func (e *Engine) writeSetNow(ctx context.Context, key string) (writeSet, error) {
-	if e.meta != nil {
-		if l, subs, slots, stale, ok := e.meta.Cached(key); ok {
-			if stale {
-				e.refresh(key)
-			}
-			return writeSet{l, subs, slots}, nil
-		}
+// cachedWriteSet returns key's cached write set and deadline (Unix ms,
+// 0 none) as of now, refreshing it in the background once it is stale;
+// ok is false when the cache does not hold it for writers.
+func (e *Engine) cachedWriteSet(key string, now time.Time) (w writeSet, deadline int64, ok bool) {
+	if e.meta == nil {
+		return writeSet{}, 0, false
 	}
-	l, err := e.writeLabelsNow(ctx, key)
-	return writeSet{labels: l}, err
+	c, ok := e.meta.CachedWrite(key, now)
+	if !ok {
+		return writeSet{}, 0, false
+	}
+	if c.Stale {
+		e.refresh(key)
+	}
+	return writeSet{c.Labels, c.Subs, c.Slots}, c.Deadline, true
 }
 
 // writeLabelsNow returns key's write labels without waiting on a cold
@@ -167,6 +194,14 @@ func (e *Engine) refresh(key string) {
 	if e.closing.Load() {
 		return
 	}
+	if _, busy := e.refreshing.Load(key); busy {
+		return
+	}
+	e.startRefresh(strings.Clone(key)) // kept past the call
+}
+
+// startRefresh is refresh's background look-up of key, which it keeps.
+func (e *Engine) startRefresh(key string) {
 	if _, busy := e.refreshing.LoadOrStore(key, struct{}{}); busy {
 		return
 	}
@@ -188,10 +223,10 @@ var coldOnly = []string{keyspace.ColdLabel}
 func (e *Engine) Add(n *ns.Namespace, key string, delta int64) error {
 	b := e.bufs[n.FlushInterval]
 	if b == nil {
-		return fmt.Errorf("incr %q: %w: namespace has no buffer", key, store.ErrUnavailable)
+		return fmt.Errorf("incr %q: %w: namespace has no buffer", strings.Clone(key), store.ErrUnavailable)
 	}
 	if err := b.Add(key, delta); err != nil {
-		return AddError(key, err)
+		return AddError(strings.Clone(key), err)
 	}
 	return nil
 }

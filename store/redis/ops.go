@@ -112,11 +112,18 @@ func (s *Store) Del(ctx context.Context, keys []string) error {
 // other calls when ctx cannot be cancelled. An increment of 1 (any delta
 // of magnitude below 100) costs no allocation.
 func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
+	return s.IncrBySlot(ctx, key, keyspace.Slot(key), delta)
+}
+
+// IncrBySlot is IncrBy for a key whose slot, keyspace.Slot(key), the
+// caller has at hand (it keeps the slots of a counter's sub-keys), so that
+// the key is not hashed again.
+func (s *Store) IncrBySlot(ctx context.Context, key string, slot uint16, delta int64) (int64, error) {
 	if s.closed.Load() {
 		return 0, store.ErrClosed
 	}
 	st := s.state.Load()
-	n := st.topo.Owner[keyspace.Slot(key)]
+	n := st.topo.Owner[slot]
 	c := st.clients[n]
 	if c == nil {
 		c = s.client
