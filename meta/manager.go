@@ -402,14 +402,26 @@ func (m *Manager) put(key string, mt Meta, at time.Time) {
 }
 
 // store caches e unless the cache holds something newer: a look-up that
-// started before a record was dropped must not bring it back.
+// started before a record was dropped must not bring it back, and of two
+// versions of one record (the same Gen) the higher epoch wins whichever
+// look-up started later.
 func (m *Manager) store(key string, e *entry) {
 	for {
 		old, loaded := m.cache.LoadOrStore(key, e)
 		if !loaded {
 			return
 		}
-		if old.(*entry).at.After(e.at) || m.cache.CompareAndSwap(key, old, e) {
+		o := old.(*entry)
+		sameGen := o.pinned && e.pinned && o.m.Gen != "" && o.m.Gen == e.m.Gen
+		switch {
+		case sameGen && o.m.Epoch > e.m.Epoch:
+			// A look-up that started after a change was stamped but
+			// read the record before the change landed: keep the newer.
+			return
+		case (!sameGen || o.m.Epoch == e.m.Epoch) && o.at.After(e.at):
+			return
+		}
+		if m.cache.CompareAndSwap(key, old, e) {
 			return
 		}
 	}
