@@ -138,16 +138,20 @@ func New(cfg Config) (*Service, error) {
 		}
 		d.com = com
 		d.loops.Add(1)
-		go d.rollupLoop(cfg.Clock.NewTicker(min(max(cfg.RollupAge/4, time.Second), time.Minute)))
+		go d.every(cfg.Clock.NewTicker(min(max(cfg.RollupAge/4, time.Second), time.Minute)), nil, 0,
+			func(ctx context.Context) { _, _ = d.Rollup(ctx) })
 		if iv := cmp.Or(cfg.HealInterval, DefaultHealInterval); iv > 0 {
 			d.heal.init(d, iv)
 			d.loops.Add(1)
-			go d.heal.loop(cfg.Clock.NewTicker(iv))
+			go d.every(cfg.Clock.NewTicker(iv), d.heal.kick, iv+commitTimeout(cfg.Timeout),
+				func(ctx context.Context) { _, _ = d.Heal(ctx) })
 		}
 	}
 	d.loops.Add(2)
-	go d.checkpointLoop(cfg.Clock.NewTicker(cfg.CheckpointInterval))
-	go d.cleanupLoop(cfg.Clock.NewTicker(cfg.CleanupInterval))
+	go d.every(cfg.Clock.NewTicker(cfg.CheckpointInterval), d.ck.kick, cfg.CheckpointInterval+cfg.Timeout,
+		func(ctx context.Context) { _, _ = d.ck.round(ctx) })
+	go d.every(cfg.Clock.NewTicker(cfg.CleanupInterval), nil, 0,
+		func(ctx context.Context) { _, _ = d.Cleanup(ctx) })
 	return d, nil
 }
 
@@ -263,21 +267,6 @@ func (d *Service) Close(ctx context.Context) error {
 	return d.closeErr
 }
 
-// rollupLoop folds old events on every tick (a quarter of the rollup age,
-// between 1 s and 1 min).
-func (d *Service) rollupLoop(t clock.Ticker) {
-	defer d.loops.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C():
-			_, _ = d.Rollup(context.Background())
-		}
-	}
-}
-
 // Rollup folds the events older than the rollup age and returns how many
 // it folded.
 func (d *Service) Rollup(ctx context.Context) (int, error) {
@@ -296,24 +285,6 @@ func (d *Service) Rollup(ctx context.Context) (int, error) {
 		return rep.Folded, fmt.Errorf("rollup: %w", err)
 	}
 	return rep.Folded, nil
-}
-
-// checkpointLoop runs a checkpoint round on every tick, and early when the
-// touched set is full.
-func (d *Service) checkpointLoop(t clock.Ticker) {
-	defer d.loops.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C():
-		case <-d.ck.kick:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CheckpointInterval+d.cfg.Timeout)
-		_, _ = d.ck.round(ctx)
-		cancel()
-	}
 }
 
 // Stats are the running totals of the durable layer.
@@ -384,5 +355,26 @@ type observer struct {
 func (o *observer) observe(op string, d time.Duration) {
 	if o.f != nil {
 		o.f(op, d)
+	}
+}
+
+// every runs f on each tick of t and each signal on kick (nil: none) until
+// Close, each run with a context bounded by timeout (0: f bounds itself).
+func (d *Service) every(t clock.Ticker, kick <-chan struct{}, timeout time.Duration, f func(context.Context)) {
+	defer d.loops.Done()
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C():
+		case <-kick:
+		}
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		f(ctx)
+		cancel()
 	}
 }

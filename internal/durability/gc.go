@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/internal/ns"
 	"github.com/hotcount/hotcount/store"
@@ -143,20 +142,6 @@ func (d *Service) Deadline(ctx context.Context, key string, at time.Time) error 
 		d.gc.noted.Store(key, at.UnixNano())
 	}
 	return nil
-}
-
-// cleanupLoop runs a clean-up pass on every tick.
-func (d *Service) cleanupLoop(t clock.Ticker) {
-	defer d.loops.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C():
-			_, _ = d.Cleanup(context.Background())
-		}
-	}
 }
 
 // Cleanup runs one clean-up pass now (see the top of gc.go). A pass is

@@ -61,7 +61,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/internal/ns"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
@@ -108,23 +107,6 @@ func (h *healer) init(d *Service, interval time.Duration) {
 	h.kick = make(chan struct{}, 1)
 	h.obs = map[string]healObs{}
 	h.behind = map[string]time.Time{}
-}
-
-// loop sweeps on every tick and when kicked.
-func (h *healer) loop(t clock.Ticker) {
-	defer h.d.loops.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-h.d.stop:
-			return
-		case <-t.C():
-		case <-h.kick:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.interval+commitTimeout(h.d.cfg.Timeout))
-		_, _ = h.d.Heal(ctx)
-		cancel()
-	}
 }
 
 // nodeLost notes that a cache node came back empty: every durable counter
