@@ -64,12 +64,7 @@ func (c *Client) Checkpoint(ctx context.Context) (CheckpointReport, error) {
 
 // Restores returns the last node repairs this Client made (at most 16),
 // oldest first.
-func (c *Client) Restores() []Restore {
-	if c.dur == nil {
-		return nil
-	}
-	return c.dur.Restores()
-}
+func (c *Client) Restores() []Restore { return c.dur.Restores() }
 
 // Rebuild recreates the cache view from the durable store: it repairs
 // cache nodes that lost their data (fast mode, with the counters'
@@ -79,18 +74,16 @@ func (c *Client) Restores() []Restore {
 // does not belong to the cache cluster (ErrForeignStore). See
 // durability.Service.Rebuild for when to run it.
 func (c *Client) Rebuild(ctx context.Context, prefix string) (RebuildReport, error) {
-	if err := c.checkDurable("rebuild"); err != nil {
-		return RebuildReport{}, err
-	}
-	return c.dur.Rebuild(ctx, prefix)
+	return c.RebuildWith(ctx, RebuildOptions{Prefix: prefix})
 }
 
-// RebuildKeys is Rebuild limited to the named counters, in every step.
+// RebuildKeys is Rebuild limited to the named counters, in every step;
+// with no key it does nothing.
 func (c *Client) RebuildKeys(ctx context.Context, keys ...string) (RebuildReport, error) {
-	if err := c.checkDurable("rebuild"); err != nil {
-		return RebuildReport{}, err
+	if len(keys) == 0 {
+		return RebuildReport{}, c.checkDurable("rebuild")
 	}
-	return c.dur.RebuildKeys(ctx, keys...)
+	return c.RebuildWith(ctx, RebuildOptions{Keys: keys})
 }
 
 // RebuildWith is Rebuild with options: a limit to some counters that

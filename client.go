@@ -105,6 +105,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return fail(fmt.Errorf("%w: %w", ErrConfig, err))
 		}
 		undo = append(undo, c.dur.CloseLog, c.dur.Close)
+		c.eng.SetBehind(c.dur.Behind)
 		if !s.Durability.NoStartupRepair {
 			if err := c.dur.Startup(ctx); err != nil {
 				return fail(err)
@@ -195,17 +196,7 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	r, err := c.eng.Get(ctx, key)
-	return c.behind(r), err
-}
-
-// behind raises the Stale of a durable-mode counter's reading to how long
-// its view has been known to be behind the log.
-func (c *Client) behind(r Reading) Reading {
-	if c.dur != nil {
-		r.Stale = max(r.Stale, c.dur.Behind(r.Key))
-	}
-	return r
+	return c.eng.Get(ctx, key)
 }
 
 // GetFresh is Get without the summed-read cache: it reads the
@@ -215,8 +206,7 @@ func (c *Client) GetFresh(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	r, err := c.eng.GetFresh(ctx, key)
-	return c.behind(r), err
+	return c.eng.GetFresh(ctx, key)
 }
 
 // GetMulti returns the sums of many counters. Counters not in the cache
@@ -231,11 +221,7 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 			return nil, err
 		}
 	}
-	out, err := c.eng.GetMulti(ctx, keys)
-	for k, r := range out {
-		out[k] = c.behind(r)
-	}
-	return out, err
+	return c.eng.GetMulti(ctx, keys)
 }
 
 // GetExact returns the exact value of a durable-mode counter from the

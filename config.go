@@ -40,6 +40,8 @@ const (
 	// DefaultHealInterval is how often the cache view of durable-mode
 	// counters is compared with the log and repaired.
 	DefaultHealInterval = durability.DefaultHealInterval
+	// DefaultCleanupInterval is how often the clean-up pass runs.
+	DefaultCleanupInterval = durability.DefaultCleanupInterval
 	// DefaultRollupAge is how old a durable-mode event must be before it
 	// is folded into its counter's total.
 	DefaultRollupAge = durability.DefaultRollupAge
@@ -161,7 +163,7 @@ type DurabilityConfig struct {
 	RollupAge time.Duration
 	// CleanupInterval is how often the clean-up pass runs: it removes
 	// the store's rows of counters whose deadline passed and prunes IDs
-	// and tombstones past their retention. 0 means one minute.
+	// and tombstones past their retention. 0 means DefaultCleanupInterval.
 	CleanupInterval time.Duration
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
@@ -232,7 +234,7 @@ func (c Config) resolve() (settings, error) {
 		name string
 		v    time.Duration
 	}{{"Timeout", c.Timeout}, {"Meta.TTL", c.Meta.TTL}, {"Durability.CheckpointInterval", c.Durability.CheckpointInterval},
-		{"Durability.RollupAge", c.Durability.RollupAge}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}} {
+		{"Durability.RollupAge", c.Durability.RollupAge}, {"Durability.CleanupInterval", c.Durability.CleanupInterval}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}} {
 		if f.v < 0 {
 			return bad("%s must not be negative, got %v", f.name, f.v)
 		}

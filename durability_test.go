@@ -226,6 +226,9 @@ func TestDurableModeErrors(t *testing.T) {
 	if _, err := hotcount.New(ctx, hotcount.Config{Durability: hotcount.DurabilityConfig{Store: be.open(t, be.loc(t)), RollupAge: -1}}); !errors.Is(err, hotcount.ErrConfig) {
 		t.Fatalf("negative RollupAge: %v", err)
 	}
+	if err := (hotcount.Config{Durability: hotcount.DurabilityConfig{CleanupInterval: -time.Second}}).Validate(); !errors.Is(err, hotcount.ErrConfig) {
+		t.Fatalf("negative CleanupInterval: %v", err)
+	}
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,9 @@ type (
 	// ShardReport says where a counter's sub-counters live and what they
 	// hold (see meta.ShardReport).
 	ShardReport = meta.ShardReport
-	// HotKey is one hot counter with its measured rates (see
-	// hotkeys.HotKey).
+	// HotKey is one hot counter with its measured rates.
 	HotKey = hotkeys.HotKey
-	// Decision is one automatic grow or shrink of a counter's N (see
-	// hotkeys.Decision).
+	// Decision is one automatic grow or shrink of a counter's N.
 	Decision = hotkeys.Decision
 	// NodeWrites is the cache write traffic of one node (see
 	// engine.NodeWrites).
@@ -33,8 +31,7 @@ type (
 	// CheckpointReport is the outcome of one checkpoint round (see
 	// durability.CheckpointReport).
 	CheckpointReport = durability.CheckpointReport
-	// RebuildReport is the outcome of Rebuild (see
-	// durability.RebuildReport).
+	// RebuildReport is the outcome of Rebuild.
 	RebuildReport = durability.RebuildReport
 	// RebuildOptions limits Rebuild to some counters and asks for a dry
 	// run (see durability.RebuildOptions).

@@ -688,8 +688,12 @@ func (d *Service) Checkpoint(ctx context.Context) (CheckpointReport, error) {
 	return d.ck.round(ctx)
 }
 
-// Restores returns the last node repairs (at most 16), oldest first.
+// Restores returns the last node repairs (at most 16), oldest first; none
+// for a nil Service.
 func (d *Service) Restores() []Restore {
+	if d == nil {
+		return nil
+	}
 	ck := &d.ck
 	ck.mu.Lock()
 	defer ck.mu.Unlock()

@@ -106,7 +106,9 @@ type Engine struct {
 	st   store.Store
 	ns   *ns.Table
 	meta *meta.Manager // nil when the store keeps no metadata
-	exp  expirer       // nil when the store keeps no deadlines
+	// behind says how long a durable view is known to be behind (SetBehind).
+	behind atomic.Pointer[func(string) time.Duration]
+	exp    expirer // nil when the store keeps no deadlines
 	// slotIncr is the store when it takes slots from the caller, or nil.
 	slotIncr slotIncrementer
 	naive    map[int][]string // label sets by N without metadata

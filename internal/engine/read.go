@@ -219,10 +219,14 @@ func (e *Engine) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 }
 
 // withPending adds this process's unflushed delta of a buffered key to a
-// reading (read-your-writes within a process). A delta is counted twice
+// reading (read-your-writes within a process), and raises its Stale to
+// what SetBehind's function says. A delta is counted twice
 // only for the instant between the cache applying a flush and the flusher
 // seeing its reply.
 func (e *Engine) withPending(r Reading) Reading {
+	if f := e.behind.Load(); f != nil {
+		r.Stale = max(r.Stale, (*f)(r.Key))
+	}
 	if len(e.order) == 0 {
 		return r
 	}
@@ -233,6 +237,11 @@ func (e *Engine) withPending(r Reading) Reading {
 	}
 	return r
 }
+
+// SetBehind gives the engine a function that says how long a counter's
+// view has been known to be behind its durable log (0: not known to be);
+// every reading reports at least that in Stale.
+func (e *Engine) SetBehind(f func(key string) time.Duration) { e.behind.Store(&f) }
 
 func (e *Engine) cached(key string) (Reading, bool) {
 	if e.cfg.NoReadCache {
