@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,9 +35,15 @@ func (rc *readCache) get(key string) (value int64, n int, at time.Time, ok bool)
 	return 0, 0, time.Time{}, false
 }
 
-func (rc *readCache) put(key string, value int64, n int, at time.Time) {
+// put caches a sum read since seq held seen, unless seq changed since:
+// checked under the lock that drop takes, so an entry read before a flush
+// landed is never cached after the flush's drop.
+func (rc *readCache) put(key string, value int64, n int, at time.Time, seq *atomic.Uint64, seen uint64) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
+	if seq.Load() != seen {
+		return
+	}
 	if len(rc.m) >= rc.sweepAt {
 		oldest := at.Add(-time.Minute)
 		for k, e := range rc.m {

@@ -106,6 +106,9 @@ type Engine struct {
 	st   store.Store
 	ns   *ns.Table
 	meta *meta.Manager // nil when the store keeps no metadata
+	// flushSeq counts the buffered flushes the cache applied; a read that
+	// saw it change may miss a delta that left the pending amount.
+	flushSeq atomic.Uint64
 	// behind says how long a durable view is known to be behind (SetBehind).
 	behind atomic.Pointer[func(string) time.Duration]
 	exp    expirer // nil when the store keeps no deadlines

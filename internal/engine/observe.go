@@ -155,6 +155,9 @@ func (s observedSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]stor
 	if err != nil {
 		return res, err
 	}
+	// Before the buffer takes the deltas out of its pending amount: a
+	// read that started before this sees the change (see Engine.Get).
+	s.e.flushSeq.Add(1)
 	for i, r := range res {
 		if !r.Applied {
 			continue

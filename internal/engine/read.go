@@ -155,9 +155,15 @@ func (e *Engine) get(ctx context.Context, keys []string) ([]int64, error) {
 
 // Get returns the sum of key's sub-counters, from the summed-read cache
 // when it is fresh enough, plus this process's unflushed delta.
+//
+// A buffered delta leaves the pending amount once its flush landed; a read
+// that overlapped that moment may have missed it in the cache, so when a
+// flush landed during the read it is read again (a few times at most):
+// this process reads its own writes.
 func (e *Engine) Get(ctx context.Context, key string) (Reading, error) {
+	seq := e.flushSeq.Load()
 	if r, ok := e.cached(key); ok {
-		return e.withPending(r), nil
+		return e.settled(ctx, key, seq, e.withPending(r))
 	}
 	v, err, _ := e.flight.Do(key, func() (any, error) {
 		if r, ok := e.cached(key); ok {
@@ -172,24 +178,52 @@ func (e *Engine) Get(ctx context.Context, key string) (Reading, error) {
 	if err != nil {
 		return Reading{}, err
 	}
-	return e.withPending(v.(Reading)), nil
+	return e.settled(ctx, key, seq, e.withPending(v.(Reading)))
+}
+
+// settled returns r, read since flushSeq held seq, or, when a flush landed
+// meanwhile, a fresh reading taken while none did (up to three tries).
+func (e *Engine) settled(ctx context.Context, key string, seq uint64, r Reading) (Reading, error) {
+	for try := 0; try < 3 && e.flushSeq.Load() != seq; try++ {
+		seq = e.flushSeq.Load()
+		m, err := e.fetch(ctx, []string{key})
+		if err != nil {
+			return Reading{}, err
+		}
+		r = e.withPending(m[key])
+	}
+	return r, nil
 }
 
 // GetFresh reads key's sub-counters now, bypassing the summed-read cache
 // and single-flight (and refreshing the cache), plus this process's
 // unflushed delta.
 func (e *Engine) GetFresh(ctx context.Context, key string) (Reading, error) {
+	seq := e.flushSeq.Load()
 	m, err := e.fetch(ctx, []string{key})
 	if err != nil {
 		return Reading{}, err
 	}
-	return e.withPending(m[key]), nil
+	return e.settled(ctx, key, seq, e.withPending(m[key]))
 }
 
 // GetMulti returns the sums of many counters. Those not in the cache are
 // read together: one round per node for the label sets and one for the
 // values.
+//
+// As Get, it reads again (a few times at most) when a flush landed during
+// the read.
 func (e *Engine) GetMulti(ctx context.Context, keys []string) (map[string]Reading, error) {
+	for try := 0; ; try++ {
+		seq := e.flushSeq.Load()
+		out, err := e.getMulti(ctx, keys)
+		if err != nil || try == 2 || e.flushSeq.Load() == seq {
+			return out, err
+		}
+	}
+}
+
+func (e *Engine) getMulti(ctx context.Context, keys []string) (map[string]Reading, error) {
 	out := make(map[string]Reading, len(keys))
 	var missing []string
 	for _, k := range keys {
@@ -266,6 +300,7 @@ func (e *Engine) cached(key string) (Reading, bool) {
 
 // fetch reads and sums keys and refreshes the cache.
 func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, error) {
+	seq := e.flushSeq.Load()
 	reads, _, at, err := e.Read(ctx, keys, nil)
 	if err != nil {
 		return nil, err
@@ -284,7 +319,7 @@ func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, 
 		}
 		out[r.Key] = Reading{Key: r.Key, Value: sum, N: len(r.Subs)}
 		if !e.cfg.NoReadCache {
-			e.cache.put(r.Key, sum, len(r.Subs), at)
+			e.cache.put(r.Key, sum, len(r.Subs), at, &e.flushSeq, seq)
 		}
 	}
 	return out, nil
