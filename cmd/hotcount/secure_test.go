@@ -119,18 +119,7 @@ func TestServeRedisAuthAndTLS(t *testing.T) {
 	passFile := filepath.Join(dir, "redis-pass")
 	os.WriteFile(passFile, []byte("node-pass\n"), 0o600)
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		key  string
-	}{
-		{"requirepass from a file", []string{"--redis", n.Addr, "--redis-password-file", passFile}, nil, "auth:file"},
-		{"ACL user, password from the environment", []string{"--redis", n.Addr, "--redis-username", "hc"}, map[string]string{"HOTCOUNT_REDIS_PASSWORD": "user-pass"}, "auth:acl"},
-		{"TLS with the test CA", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-password-file", passFile}, nil, "tls:ca"},
-		{"TLS with a client certificate", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-tls-cert", n.Files.ClientCert,
-			"--redis-tls-key", n.Files.ClientKey, "--redis-username", "hc", "--redis-password", "user-pass"}, nil, "tls:mtls"},
-	} {
+	for _, tc := range loginCases(n, passFile, "auth:") {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
@@ -337,18 +326,7 @@ func TestProxyRedisAuthAndTLS(t *testing.T) {
 	conf := filepath.Join(dir, "proxy.yaml")
 	os.WriteFile(conf, []byte("namespaces: [{prefix: \"px:\", n: 4}]\n"), 0o644)
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		key  string
-	}{
-		{"requirepass from a file", []string{"--redis", n.Addr, "--redis-password-file", passFile}, nil, "file"},
-		{"ACL user, password from the environment", []string{"--redis", n.Addr, "--redis-username", "hc"}, map[string]string{"HOTCOUNT_REDIS_PASSWORD": "user-pass"}, "acl"},
-		{"TLS with the test CA", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-password-file", passFile}, nil, "tls"},
-		{"TLS with a client certificate", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-tls-cert", n.Files.ClientCert,
-			"--redis-tls-key", n.Files.ClientKey, "--redis-username", "hc", "--redis-password", "user-pass"}, nil, "mtls"},
-	} {
+	for _, tc := range loginCases(n, passFile, "") {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
@@ -403,5 +381,27 @@ func TestProxyRedisAuthAndTLS(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want a failure before listening mentioning %q", code, out.String(), errb.String(), tc.want)
 			}
 		})
+	}
+}
+
+// loginCase is one way into a secure test node with the --redis-* flags:
+// args (and env) for the command, and a key (prefix + a name) to use.
+type loginCase struct {
+	name string
+	args []string
+	env  map[string]string
+	key  string
+}
+
+// loginCases are the ways into n that must work, for serve and the proxy
+// alike: a password from a file, an ACL user with its password from the
+// environment, TLS with the test CA, and TLS with a client certificate.
+func loginCases(n *testenv.SecureNode, passFile, prefix string) []loginCase {
+	return []loginCase{
+		{"requirepass from a file", []string{"--redis", n.Addr, "--redis-password-file", passFile}, nil, prefix + "file"},
+		{"ACL user, password from the environment", []string{"--redis", n.Addr, "--redis-username", "hc"}, map[string]string{"HOTCOUNT_REDIS_PASSWORD": "user-pass"}, prefix + "acl"},
+		{"TLS with the test CA", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-password-file", passFile}, nil, prefix + "tls"},
+		{"TLS with a client certificate", []string{"--redis", n.TLSAddr, "--redis-tls-ca", n.Files.CA, "--redis-tls-cert", n.Files.ClientCert,
+			"--redis-tls-key", n.Files.ClientKey, "--redis-username", "hc", "--redis-password", "user-pass"}, nil, prefix + "mtls"},
 	}
 }
