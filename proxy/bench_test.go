@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,74 +149,80 @@ func clusterWrites(b testing.TB, cl *testenv.Cluster) int64 {
 	return n
 }
 
+// BenchmarkAbsorption runs redis-benchmark INCR on a buffered counter key
+// through the proxy, beside the same load on a plain key sent directly to
+// the primary that owns it and to a bare redcon server that answers INCR
+// from memory (the ceiling of a Go RESP server here). The three alternate,
+// HOTCOUNT_BENCH_ROUNDS times (default 3) in one run, so that the
+// machine's other load hits them alike; each round checks the counter's
+// total after the flush and the cluster's writes (INFO commandstats), and
+// the medians of the ratios are reported.
+//
+//	go test ./proxy -run '^$' -bench Absorption -benchtime 1x
 func BenchmarkAbsorption(b *testing.B) {
 	clients := envInt("HOTCOUNT_BENCH_CLIENTS", 50)
 	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 200000)
 	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
+	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 3)
 	requests -= requests % pipeline // redis-benchmark sends whole pipelines
+	defer proxyProcs(b)()
 	for i := 0; i < b.N; i++ {
 		p := uniq(b)
-		counterKey := p + "likes:post:42"
 		e := startProxy(b, []hotcount.Namespace{{Prefix: p + "likes:", Buffered: true}}, proxy.Config{})
 		plain := "{" + p + "}plain"
 		direct := ownerOfTB(b, cluster, plain)
 		bare := bareServer(b)
-
 		ctx := context.Background()
-		if err := cluster.ResetStats(ctx); err != nil {
-			b.Fatal(err)
-		}
-		viaProxy := redisBenchmark(b, e.addr, clients, requests, pipeline, "INCR", counterKey)
-		if err := e.client.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
-		writes := clusterWrites(b, cluster)
-		onDirect := redisBenchmark(b, direct, clients, requests, pipeline, "INCR", plain)
-		onBare := redisBenchmark(b, bare, clients, requests, pipeline, "INCR", plain)
-
-		// The total, read afresh from the cluster.
 		rd, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cluster.Seeds()}, Reads: hotcount.ReadConfig{NoCache: true}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		total, err := rd.Get(ctx, counterKey)
-		rd.Close(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if total.Value != int64(requests) {
-			b.Fatalf("after the flush the counter holds %d, %d increments were sent", total.Value, requests)
-		}
+		defer rd.Close(ctx)
 
-		getKey := "{" + p + "}get"
-		r := dialRaw(b, e.addr)
-		r.do("SET", getKey, "0123456789abcdef")
-		setP := redisBenchmark(b, e.addr, clients, requests, pipeline, "SET", getKey, "0123456789abcdef")
-		setD := redisBenchmark(b, ownerOfTB(b, cluster, getKey), clients, requests, pipeline, "SET", getKey, "0123456789abcdef")
-		getP := redisBenchmark(b, e.addr, clients, requests, pipeline, "GET", getKey)
-		getD := redisBenchmark(b, ownerOfTB(b, cluster, getKey), clients, requests, pipeline, "GET", getKey)
-
-		b.Logf("redis-benchmark -c %d -n %d -P %d:", clients, requests, pipeline)
-		b.Logf("  INCR via proxy (buffered counter)  %9.0f req/s  p50 %.3f ms  p99 %.3f ms", viaProxy.rps, viaProxy.p50, viaProxy.p99)
-		b.Logf("  INCR direct (owning primary)       %9.0f req/s  p50 %.3f ms  p99 %.3f ms", onDirect.rps, onDirect.p50, onDirect.p99)
-		b.Logf("  INCR bare redcon (ceiling)         %9.0f req/s  p50 %.3f ms  p99 %.3f ms", onBare.rps, onBare.p50, onBare.p99)
-		b.Logf("  proxy/direct %.2f  proxy/bare %.2f  bare/direct %.2f", viaProxy.rps/onDirect.rps, viaProxy.rps/onBare.rps, onBare.rps/onDirect.rps)
-		b.Logf("  cluster writes %d for %d increments (1/%.0f); total after flush %d (exact)", writes, requests, float64(requests)/float64(max(writes, 1)), total.Value)
-		b.Logf("  SET via proxy %9.0f  direct %9.0f  ratio %.2f (p99 %.3f / %.3f ms)", setP.rps, setD.rps, setP.rps/setD.rps, setP.p99, setD.p99)
-		b.Logf("  GET via proxy %9.0f  direct %9.0f  ratio %.2f (p99 %.3f / %.3f ms)", getP.rps, getD.rps, getP.rps/getD.rps, getP.p99, getD.p99)
-		b.ReportMetric(viaProxy.rps, "proxy-incr/s")
-		b.ReportMetric(onDirect.rps, "direct-incr/s")
-		b.ReportMetric(onBare.rps, "bare-incr/s")
-		b.ReportMetric(viaProxy.rps/onDirect.rps, "proxy/direct")
-		b.ReportMetric(viaProxy.rps/onBare.rps, "proxy/bare")
-		b.ReportMetric(float64(writes)/float64(requests), "writes/incr")
-		b.ReportMetric(viaProxy.p50, "proxy-p50-ms")
-		b.ReportMetric(viaProxy.p99, "proxy-p99-ms")
-		b.ReportMetric(setP.rps/setD.rps, "set-proxy/direct")
-		b.ReportMetric(getP.rps/getD.rps, "get-proxy/direct")
-		if float64(writes) > float64(requests)/100 {
-			b.Errorf("the cluster took %d writes for %d increments: more than 1/100", writes, requests)
+		b.Logf("redis-benchmark -c %d -n %d -P %d, %d rounds alternating proxy, direct and bare:", clients, requests, pipeline, rounds)
+		var pdR, pbR, bdR, p50, p99, wR []float64
+		for r := 1; r <= rounds; r++ {
+			// A new counter each round, so that each total is checked.
+			counterKey := fmt.Sprintf("%slikes:post:%d", p, 42+r)
+			if err := cluster.ResetStats(ctx); err != nil {
+				b.Fatal(err)
+			}
+			viaProxy := redisBenchmark(b, e.addr, clients, requests, pipeline, "INCR", counterKey)
+			if err := e.client.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			writes := clusterWrites(b, cluster)
+			onDirect := redisBenchmark(b, direct, clients, requests, pipeline, "INCR", plain)
+			onBare := redisBenchmark(b, bare, clients, requests, pipeline, "INCR", plain)
+			// The total, read afresh from the cluster.
+			total, err := rd.Get(ctx, counterKey)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if total.Value != int64(requests) {
+				b.Fatalf("after the flush the counter holds %d, %d increments were sent", total.Value, requests)
+			}
+			if float64(writes) > float64(requests)/100 {
+				b.Errorf("the cluster took %d writes for %d increments: more than 1/100", writes, requests)
+			}
+			pdR = append(pdR, viaProxy.rps/onDirect.rps)
+			pbR = append(pbR, viaProxy.rps/onBare.rps)
+			bdR = append(bdR, onBare.rps/onDirect.rps)
+			p50 = append(p50, viaProxy.p50)
+			p99 = append(p99, viaProxy.p99)
+			wR = append(wR, float64(writes)/float64(requests))
+			b.Logf("  round %d: INCR proxy %6.0f/s (p50 %.3f p99 %.3f ms) | direct %6.0f/s (p50 %.3f p99 %.3f ms) | bare %6.0f/s (p50 %.3f p99 %.3f ms) | proxy/direct %.2f proxy/bare %.2f bare/direct %.2f | cluster writes %d (1/%.0f), total %d exact",
+				r, viaProxy.rps, viaProxy.p50, viaProxy.p99, onDirect.rps, onDirect.p50, onDirect.p99, onBare.rps, onBare.p50, onBare.p99,
+				pdR[r-1], pbR[r-1], bdR[r-1], writes, float64(requests)/float64(max(writes, 1)), total.Value)
 		}
+		b.Logf("  median: proxy/direct %.2f, proxy/bare %.2f, bare/direct %.2f; proxy p50 %.3f ms, p99 %.3f ms",
+			median(pdR), median(pbR), median(bdR), median(p50), median(p99))
+		b.ReportMetric(median(pdR), "proxy/direct")
+		b.ReportMetric(median(pbR), "proxy/bare")
+		b.ReportMetric(median(bdR), "bare/direct")
+		b.ReportMetric(median(p50), "proxy-p50-ms")
+		b.ReportMetric(median(p99), "proxy-p99-ms")
+		b.ReportMetric(median(wR), "writes/incr")
 	}
 }
 
@@ -432,6 +439,7 @@ func BenchmarkPassThrough(b *testing.B) {
 	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
 	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 3)
 	requests -= requests % pipeline
+	defer proxyProcs(b)()
 	for i := 0; i < b.N; i++ {
 		p := uniq(b)
 		e := startProxy(b, nil, proxy.Config{})
@@ -465,6 +473,20 @@ func BenchmarkPassThrough(b *testing.B) {
 		b.ReportMetric(median(getR), "get-proxy/direct")
 		b.ReportMetric(median(cpuR), "proxy-cpu-µs/cmd")
 	}
+}
+
+// proxyProcs runs the benchmark's Go side (the proxy, and the bare server
+// that is its ceiling) on HOTCOUNT_BENCH_PROXY_PROCS CPUs, default 1 as
+// `hotcount proxy` does (its resp_procs); 0 keeps Go's default. It returns
+// the function that restores GOMAXPROCS.
+func proxyProcs(b *testing.B) func() {
+	n := envInt("HOTCOUNT_BENCH_PROXY_PROCS", 1)
+	if n <= 0 {
+		return func() {}
+	}
+	prev := runtime.GOMAXPROCS(n)
+	b.Logf("the proxy and the bare server run with GOMAXPROCS %d (HOTCOUNT_BENCH_PROXY_PROCS)", n)
+	return func() { runtime.GOMAXPROCS(prev) }
 }
 
 // median returns the median of v (v is sorted in place).

@@ -150,13 +150,14 @@ func TestProxyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RESPListen != defaultRESPListen || c.AdminListen != defaultAdminListen || c.RESPPassword != "" {
-		t.Fatalf("defaults: %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
+	if c.RESPListen != defaultRESPListen || c.AdminListen != defaultAdminListen || c.RESPPassword != "" || *c.RESPProcs != defaultRESPProcs {
+		t.Fatalf("defaults: %q %q %q %d", c.RESPListen, c.AdminListen, c.RESPPassword, *c.RESPProcs)
 	}
 	file := writeFile(t, `
 resp_listen: 127.0.0.1:6390
 admin_listen: "off"
 resp_password: from-file
+resp_procs: 2
 namespaces:
   - {prefix: "likes:", buffered: true, reply: exact}
   - {prefix: "views:", reply: estimate}
@@ -167,6 +168,12 @@ namespaces:
 	}
 	if c.RESPListen != "127.0.0.1:6391" || c.AdminListen != "off" || c.RESPPassword != "from-env" {
 		t.Fatalf("got %q %q %q", c.RESPListen, c.AdminListen, c.RESPPassword)
+	}
+	if *c.RESPProcs != 2 || c.Sources[setRESPProcs] != "file "+file {
+		t.Fatalf("resp_procs %d from %q", *c.RESPProcs, c.Sources[setRESPProcs])
+	}
+	if c2, err := loadConfig(map[string]string{setFile: file}, env(map[string]string{"HOTCOUNT_RESP_PROCS": "0"})); err != nil || *c2.RESPProcs != 0 {
+		t.Fatalf("HOTCOUNT_RESP_PROCS=0: %v", err)
 	}
 	if c.Sources[setAdminListen] != "file "+file || c.Listen != defaultListen {
 		t.Fatalf("sources %v, listen %q", c.Sources, c.Listen)
@@ -180,6 +187,9 @@ namespaces:
 	}{
 		{map[string]string{setRESPListen: "nowhere"}, "", "resp_listen"},
 		{map[string]string{setAdminListen: "on"}, "", "admin_listen"},
+		{map[string]string{setRESPProcs: "two"}, "", "resp_procs"},
+		{map[string]string{setRESPProcs: "-1"}, "", "resp_procs"},
+		{nil, "resp_procs: -2", "resp_procs"},
 		{nil, "namespaces: [{prefix: a, reply: fresh}]", "reply must be estimate or exact"},
 		{nil, "namespaces: [{prefix: a, reply: exact, read_cache_ttl: 1s}]", "read_cache_ttl does not apply"},
 	} {

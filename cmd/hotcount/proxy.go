@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ var proxyFlags = map[string]string{
 	"resp-listen":   setRESPListen,
 	"admin-listen":  setAdminListen,
 	"resp-password": setRESPPassword,
+	"resp-procs":    setRESPProcs,
 	"redis":         setRedis,
 	"postgres":      setPostgres,
 	"data":          setData,
@@ -43,7 +45,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
 	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz, the dashboard), or off; env HOTCOUNT_ADMIN_LISTEN")
 	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
-	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
+	fs.String("resp-procs", "", "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all (default 1; a GOMAXPROCS variable is kept when this is not set); env HOTCOUNT_RESP_PROCS")
+	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, resp_procs, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
 	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
 	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
 	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
@@ -108,6 +111,7 @@ func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, er
 
 // serveProxy runs the proxy for a validated configuration.
 func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
+	setProcs(cfg)
 	db, err := openProxyDurable(ctx, cfg)
 	if err != nil {
 		return failf(stderr, "proxy: durable store: %v", err)
@@ -195,6 +199,18 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintln(stderr, "hotcount: stopped cleanly")
 	return exitOK
+}
+
+// setProcs applies resp_procs: GOMAXPROCS, unless resp_procs was left
+// at its default and the GOMAXPROCS variable says otherwise. 0 keeps Go's
+// own default (the CPUs the process may use).
+func setProcs(cfg serveConfig) {
+	if os.Getenv("GOMAXPROCS") != "" && cfg.Sources[setRESPProcs] == "default" {
+		return
+	}
+	if n := *cfg.RESPProcs; n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 // loopback reports whether a host:port binds to loopback only.

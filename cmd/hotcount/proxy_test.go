@@ -219,6 +219,30 @@ func TestProxyBinaryKill(t *testing.T) {
 		t.Logf("SIGTERM: %d acknowledged, all in the cluster", l.acked.Load())
 	})
 
+	// resp_procs: one CPU by default, as many as it says, and a
+	// GOMAXPROCS variable kept when it is not set; read off the Go
+	// runtime's own gauge on /metrics.
+	t.Run("procs", func(t *testing.T) {
+		for _, c := range []struct {
+			env  string
+			args []string
+			want float64
+		}{
+			{"", nil, 1},
+			{"", []string{"--resp-procs", "2"}, 2},
+			{"2", nil, 2},
+			{"2", []string{"--resp-procs", "1"}, 1},
+		} {
+			t.Setenv("GOMAXPROCS", c.env)
+			pp := startProxyBinary(t, bin, append([]string{"--redis", seeds}, c.args...)...)
+			if got := pp.gauge(t, "go_sched_gomaxprocs_threads"); got != c.want {
+				t.Errorf("GOMAXPROCS=%q %v: the proxy runs on %v CPUs, want %v", c.env, c.args, got, c.want)
+			}
+			pp.cmd.Process.Kill()
+			pp.cmd.Wait()
+		}
+	})
+
 	t.Run("kill", func(t *testing.T) {
 		// The fault is meaningful only if something was unflushed at
 		// the kill; a try that found nothing held is retried.
