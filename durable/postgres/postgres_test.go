@@ -3,16 +3,22 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/durabletest"
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/store"
 )
 
 func openCfg(t testing.TB, cfg postgres.Config) *postgres.DB {
@@ -164,3 +170,84 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestUpgradeMagnitude: a store of an earlier release whose rolled-up total
+// is near the int64 limit still refuses exactly the increment that would
+// leave int64 (the store's magnitude starts from its totals and log), and
+// a writer of the earlier release, which raises per-key bounds rows
+// instead of the magnitude, fails.
+func TestUpgradeMagnitude(t *testing.T) {
+	ctx := context.Background()
+	o := old(t)
+	o.Create(t)
+	o.AddTotal(t, "n", math.MaxInt64-10)
+	o.AddEvent(t, "m", -5, 1, 1)
+	db := open(t)
+	defer db.Close()
+	res, err := db.AppendEvents(ctx, []durable.Event{{Key: "n", Delta: 10, ID: "a"}, {Key: "m", Delta: 1, ID: "b"}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("increments that fit: %v %+v", err, res)
+	}
+	res, err = db.AppendEvents(ctx, []durable.Event{{Key: "n", Delta: 1, ID: "c"}})
+	if err != nil || !errors.Is(res[0].Err, store.ErrOverflow) {
+		t.Fatalf("increment past int64: %v %+v, want ErrOverflow", err, res)
+	}
+	if got, err := db.Exact(ctx, "n"); err != nil || got != math.MaxInt64 {
+		t.Fatalf("Exact = %d, %v", got, err)
+	}
+	o.(oldStore).conn.Exec(ctx, "SET search_path = "+schema(t))
+	_, err = o.(oldStore).conn.Exec(ctx, `INSERT INTO bounds (key, stripe, mag) VALUES ('n', 3, 1)
+		ON CONFLICT (key, stripe) DO UPDATE SET mag = bounds.mag + excluded.mag`)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23514" {
+		t.Fatalf("bounds row of an earlier release: err = %v, want a check violation", err)
+	}
+}
+
+// TestOverflowTwoProcesses: two DBs (as two processes) on a new store; one
+// brings a key to 5 below the int64 limit in one event (checked exactly),
+// while small increments of the other (checked cheaply against the store's
+// magnitude) race it: what was acknowledged is exactly the key's total,
+// which stays in int64.
+func TestOverflowTwoProcesses(t *testing.T) {
+	ctx := context.Background()
+	for round := range 8 {
+		cfg := postgres.Config{URL: testenv.PostgresURL(), Schema: testenv.PostgresSchema(t), MaxConns: 8}
+		big, small := openCfg(t, cfg), openCfg(t, cfg)
+		var sum atomic.Int64
+		var done atomic.Bool
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		add := func(db *postgres.DB, d int64, id string) {
+			res, err := db.AppendEvents(ctx, []durable.Event{{Key: "k", Delta: d, ID: id}})
+			switch {
+			case err != nil:
+				errs <- err
+			case res[0].Err == nil:
+				sum.Add(d)
+			case !errors.Is(res[0].Err, store.ErrOverflow):
+				errs <- res[0].Err
+			}
+		}
+		for w := range 6 {
+			wg.Go(func() {
+				for i := 0; !done.Load() || i < 3; i++ {
+					add(small, 1, fmt.Sprint("s", w, "-", i))
+				}
+			})
+		}
+		add(big, math.MaxInt64-5, "big")
+		done.Store(true)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		got, err := big.Exact(ctx, "k")
+		if err != nil || got != sum.Load() {
+			t.Fatalf("round %d: Exact = %d, %v; acknowledged %d", round, got, err, sum.Load())
+		}
+		big.Close()
+		small.Close()
+	}
+}
