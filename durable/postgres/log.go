@@ -38,12 +38,11 @@ const (
 // batch is then started over, checked exactly. So the COMMIT queued behind
 // it in the same round trip commits only a batch that passed. The other
 // stripes are read from the statement's snapshot, the raised one after
-// its row lock.
+// its row lock. The magnitude is numeric: no raise is ever lost to a
+// saturation that a rollup's decrease would not know of.
 const raiseAndLog = `WITH raised AS (
 		INSERT INTO magnitude (stripe, mag) VALUES ($5, $6)
-		ON CONFLICT (stripe) DO UPDATE SET mag = CASE
-			WHEN magnitude.mag > 9223372036854775807 - excluded.mag THEN 9223372036854775807
-			ELSE magnitude.mag + excluded.mag END
+		ON CONFLICT (stripe) DO UPDATE SET mag = magnitude.mag + excluded.mag
 		RETURNING mag
 	), added AS (
 		INSERT INTO events (key, delta, at_ns, n)
@@ -52,13 +51,11 @@ const raiseAndLog = `WITH raised AS (
 	SELECT bound_exceeded('') FROM raised
 	WHERE mag + coalesce((SELECT sum(mag) FROM magnitude WHERE stripe <> $5), 0) > $7`
 
-// raiseMagnitude raises stripe $1 of the store's magnitude by $2 and
-// returns the whole magnitude (a batch checked exactly).
+// raiseMagnitude raises stripe $1 of the store's magnitude by $2 (a
+// decimal) and returns the whole magnitude (a batch checked exactly).
 const raiseMagnitude = `WITH raised AS (
-		INSERT INTO magnitude (stripe, mag) VALUES ($1, $2)
-		ON CONFLICT (stripe) DO UPDATE SET mag = CASE
-			WHEN magnitude.mag > 9223372036854775807 - excluded.mag THEN 9223372036854775807
-			ELSE magnitude.mag + excluded.mag END
+		INSERT INTO magnitude (stripe, mag) VALUES ($1, $2::text::numeric)
+		ON CONFLICT (stripe) DO UPDATE SET mag = magnitude.mag + excluded.mag
 		RETURNING mag
 	)
 	SELECT (mag + coalesce((SELECT sum(mag) FROM magnitude WHERE stripe <> $1), 0))::text FROM raised`
@@ -268,8 +265,13 @@ func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, t
 		}
 		pipe.Queue(deleteIDs, fk, fi)
 	}
+	applied := new(big.Int)
+	for _, i := range b.Pending() {
+		d := big.NewInt(b.Events[i].Delta)
+		applied.Add(applied, d.Abs(d))
+	}
 	var fast bool
-	pipe.Queue(raiseMagnitude, int16(a.stripe), magnitudeOf(b.Keys())).QueryRow(func(row pgx.Row) error {
+	pipe.Queue(raiseMagnitude, int16(a.stripe), applied.String()).QueryRow(func(row pgx.Row) error {
 		var m string
 		if err := row.Scan(&m); err != nil {
 			return err
@@ -394,11 +396,11 @@ const rollupSQL = `WITH cand AS (
 		RETURNING total
 	), bound AS (
 		INSERT INTO magnitude (stripe, mag) VALUES
-			(-1, (SELECT least(coalesce(max(abs(total::numeric)), 0), 9223372036854775807)::bigint FROM folded)),
-			(0, -(SELECT least(coalesce(sum(abs(delta::numeric)), 0), 9223372036854775807)::bigint FROM moved))
+			(-1, (SELECT coalesce(max(abs(total::numeric)), 0) FROM folded)),
+			(0, -(SELECT coalesce(sum(abs(delta::numeric)), 0) FROM moved))
 		ON CONFLICT (stripe) DO UPDATE SET mag = CASE
 			WHEN magnitude.stripe = -1 THEN greatest(magnitude.mag, excluded.mag)
-			ELSE greatest(magnitude.mag::numeric + excluded.mag, -9223372036854775807)::bigint END
+			ELSE magnitude.mag + excluded.mag END
 	)
 	SELECT (SELECT coalesce(sum(n), 0)::bigint FROM agg), (SELECT count(*) FROM agg),
 		coalesce((SELECT array_agg(key ORDER BY key) FROM judged WHERE NOT ok), '{}')`

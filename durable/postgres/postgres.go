@@ -16,9 +16,10 @@
 // # The overflow check
 //
 // A counter's total must stay in int64. The store keeps one magnitude,
-// table magnitude: stripe -1 is at least the largest |rollup total| of any
-// key, and stripes 0-15 add up to at least the sum of |delta| of all log
-// rows; so every key's |total| is at most the sum of all rows. A batch
+// table magnitude (numeric, so that no raise is lost to saturation):
+// stripe -1 is at least the largest |rollup total| of any key, and stripes
+// 0-15 add up to at least the sum of |delta| of all log rows; so every
+// key's |total| is at most the sum of all rows. A batch
 // whose events bring at most sqlkit.FastDelta raises one stripe by that
 // (concurrent batches of one process raise distinct stripes, so they do
 // not wait for each other's row lock) and passes when the sum, its own
@@ -287,13 +288,11 @@ var migrations = []string{
 	ALTER TABLE bounds ADD CONSTRAINT bounds_locks_only CHECK (stripe = -1);
 	CREATE TABLE magnitude (
 		stripe smallint PRIMARY KEY,
-		mag    bigint NOT NULL
+		mag    numeric NOT NULL
 	);
 	INSERT INTO magnitude (stripe, mag) SELECT s, 0 FROM generate_series(1, 15) AS s;
-	INSERT INTO magnitude (stripe, mag)
-		SELECT 0, least(coalesce(sum(abs(delta::numeric)), 0), 9223372036854775807)::bigint FROM events;
-	INSERT INTO magnitude (stripe, mag)
-		SELECT -1, least(coalesce(max(abs(total::numeric)), 0), 9223372036854775807)::bigint FROM totals;`,
+	INSERT INTO magnitude (stripe, mag) SELECT 0, coalesce(sum(abs(delta::numeric)), 0) FROM events;
+	INSERT INTO magnitude (stripe, mag) SELECT -1, coalesce(max(abs(total::numeric)), 0) FROM totals;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

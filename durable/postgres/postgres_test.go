@@ -251,3 +251,50 @@ func TestOverflowTwoProcesses(t *testing.T) {
 		small.Close()
 	}
 }
+
+// TestMagnitudeCoversLog: the store's magnitude plus its largest rollup
+// total stays at least the sum of |delta| of the log rows left, even when
+// the raises of one stripe add up past int64 and a rollup then folds rows
+// that cancel out.
+func TestMagnitudeCoversLog(t *testing.T) {
+	ctx := context.Background()
+	cfg := postgres.Config{URL: testenv.PostgresURL(), Schema: testenv.PostgresSchema(t), MaxConns: 4}
+	db := openCfg(t, cfg)
+	defer db.Close()
+	old := time.Now().Add(-time.Hour)
+	n := 0
+	add := func(e durable.Event) {
+		e.ID = fmt.Sprint("e", n)
+		n++
+		res, err := db.AppendEvents(ctx, []durable.Event{e})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("append %+v: %v %+v", e, err, res)
+		}
+	}
+	// Every 16th call raises the same stripe.
+	for i, d := range []int64{1 << 62, -1 << 62, 1 << 62, -1 << 62, 3 << 61} {
+		key, at := "a", old
+		if i == 4 {
+			key, at = "b", time.Time{}
+		}
+		add(durable.Event{Key: key, Delta: d, At: at})
+		for range 15 {
+			add(durable.Event{Key: "f", Delta: 1, At: old})
+		}
+	}
+	if _, err := db.Rollup(ctx, old.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	q := `SELECT (SELECT sum(mag::numeric) FROM %[1]s.magnitude) >=
+		(SELECT coalesce(sum(abs(delta::numeric)), 0) FROM %[1]s.events) +
+		(SELECT coalesce(max(abs(total::numeric)), 0) FROM %[1]s.totals)`
+	if err := conn.QueryRow(ctx, fmt.Sprintf(q, cfg.Schema)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("magnitude below the log's: %v %v", ok, err)
+	}
+}
