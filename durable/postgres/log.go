@@ -30,6 +30,9 @@ const insertNewIDs = insertIDs + ` ON CONFLICT DO NOTHING RETURNING key, id`
 const (
 	gateFast  = `LOCK TABLE gate IN ROW EXCLUSIVE MODE`
 	gateExact = `LOCK TABLE gate IN SHARE MODE`
+	// gateAll holds off every batch and clear: a rollup that measures the
+	// magnitude afresh (remeasureSQL) takes it.
+	gateAll = `LOCK TABLE gate IN EXCLUSIVE MODE`
 )
 
 // raiseAndLog raises stripe $5 of the store's magnitude by $6 (the batch's
@@ -405,8 +408,25 @@ const rollupSQL = `WITH cand AS (
 	SELECT (SELECT coalesce(sum(n), 0)::bigint FROM agg), (SELECT count(*) FROM agg),
 		coalesce((SELECT array_agg(key ORDER BY key) FROM judged WHERE NOT ok), '{}')`
 
+// remeasureSQL sets the store's magnitude to what the log and the totals
+// hold now: the largest |total| and the sum of |delta|. The magnitude only
+// over-estimates between two measures (a clear removes rows without
+// lowering it, and stripe -1 only rises), so a store that once came near
+// the limit would otherwise be checked exactly for good. It runs in a
+// rollup that found the magnitude above the cheap bound, under the rollup
+// lock (no clear) and gateAll (no batch in flight), so nothing it reads
+// moves while it writes.
+const remeasureSQL = `UPDATE magnitude SET mag = CASE stripe
+		WHEN -1 THEN (SELECT coalesce(max(abs(total::numeric)), 0) FROM totals)
+		WHEN 0 THEN (SELECT coalesce(sum(abs(delta::numeric)), 0) FROM events)
+		ELSE 0 END`
+
 // Rollup implements durable.Log: Prune, then one statement that folds
-// every key whose total stays in int64, under the rollup lock.
+// every key whose total stays in int64, under the rollup lock. When the
+// store's magnitude is above the cheap bound, it holds every batch off
+// meanwhile and measures the magnitude afresh after the fold
+// (remeasureSQL), so that the store goes back to cheap checks once its
+// large counters are cleared.
 func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupReport, error) {
 	var rep durable.RollupReport
 	pruned, perr := db.Prune(ctx)
@@ -420,8 +440,25 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, db.locks, lockRollup); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, rollupSQL, before.UnixNano(), int64(math.MinInt64), int64(math.MaxInt64)).
-			Scan(&folded, &keys, &failed)
+		var high bool
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(mag), 0) > $1 FROM magnitude`, int64(sqlkit.FastBound)).Scan(&high); err != nil {
+			return err
+		}
+		if high {
+			// Before any other lock (batches take the gate first too).
+			if _, err := tx.Exec(ctx, gateAll); err != nil {
+				return err
+			}
+		}
+		if err := tx.QueryRow(ctx, rollupSQL, before.UnixNano(), int64(math.MinInt64), int64(math.MaxInt64)).
+			Scan(&folded, &keys, &failed); err != nil {
+			return err
+		}
+		if high {
+			_, err := tx.Exec(ctx, remeasureSQL)
+			return err
+		}
+		return nil
 	})
 	if ferr != nil {
 		return rep, errors.Join(perr, wrap("rollup", ferr))

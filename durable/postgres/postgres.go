@@ -42,10 +42,14 @@
 // order (gate, IDs, key rows, magnitude), so batches never deadlock.
 // Rollup lowers the magnitude by the sum of |delta| it folds and raises
 // stripe -1 to the largest |total| it wrote, in its statement; a clear
-// takes the gate as a batch checked exactly does. Stripe -1 never falls
-// (not even when its counter is cleared), so a store where a rollup total
-// came within 2^62 of the limit is checked exactly from then on (a sum of
-// the log tail per key and batch).
+// takes the gate as a batch checked exactly does. Between rollups the
+// magnitude only over-estimates (stripe -1 only rises, a clear removes rows
+// without lowering it); a rollup that finds it above the cheap bound holds
+// every batch and clear off (gate in EXCLUSIVE mode, taken first) and
+// measures it afresh from the log and the totals, so a store goes back to
+// cheap checks once its counters near the limit are cleared. While one
+// stays near the limit, every batch of the store is checked exactly (a
+// sum of the log tail per key and batch).
 //
 // A batch adds one events row per key (its sum), and per event only its
 // ids row, whose first-seen time has a BRIN index (nearly free to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -296,5 +297,67 @@ func TestMagnitudeCoversLog(t *testing.T) {
 		(SELECT coalesce(max(abs(total::numeric)), 0) FROM %[1]s.totals)`
 	if err := conn.QueryRow(ctx, fmt.Sprintf(q, cfg.Schema)).Scan(&ok); err != nil || !ok {
 		t.Fatalf("magnitude below the log's: %v %v", ok, err)
+	}
+}
+
+// TestMagnitudeFallsAgain: a counter near the limit puts the store above
+// the cheap bound (every batch checked exactly); once it is cleared, the
+// next rollup measures the magnitude afresh and brings it down to what
+// the store holds, whether the large amount was rolled up or still in the
+// log when it was cleared.
+func TestMagnitudeFallsAgain(t *testing.T) {
+	ctx := context.Background()
+	cfg := postgres.Config{URL: testenv.PostgresURL(), Schema: testenv.PostgresSchema(t), MaxConns: 4}
+	db := openCfg(t, cfg)
+	defer db.Close()
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	magnitude := func() (largest, logged string) {
+		t.Helper()
+		q := fmt.Sprintf(`SELECT (SELECT mag FROM %[1]s.magnitude WHERE stripe = -1)::text,
+			(SELECT sum(mag) FROM %[1]s.magnitude WHERE stripe >= 0)::text`, cfg.Schema)
+		if err := conn.QueryRow(ctx, q).Scan(&largest, &logged); err != nil {
+			t.Fatal(err)
+		}
+		return largest, logged
+	}
+	old := time.Now().Add(-time.Hour)
+	n := 0
+	add := func(e durable.Event) {
+		t.Helper()
+		e.ID = fmt.Sprint("e", n)
+		n++
+		res, err := db.AppendEvents(ctx, []durable.Event{e})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("append %+v: %v %+v", e, err, res)
+		}
+	}
+	add(durable.Event{Key: "rolled", Delta: 3 << 61, At: old})
+	add(durable.Event{Key: "small", Delta: 5, At: old})
+	if _, err := db.Rollup(ctx, old.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	add(durable.Event{Key: "logged", Delta: 3 << 61})
+	add(durable.Event{Key: "small", Delta: -2})
+	big3, _ := new(big.Int).SetString(fmt.Sprint(int64(3<<61)), 10)
+	if largest, logged := magnitude(); largest != big3.String() || func() bool { l, _ := new(big.Int).SetString(logged, 10); return l == nil || l.Cmp(big3) < 0 }() {
+		t.Fatalf("before the clears: largest total %s, log %s", largest, logged)
+	}
+	for _, k := range []string{"rolled", "logged"} {
+		if err := db.ClearCounter(ctx, k, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Rollup(ctx, old.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if largest, logged := magnitude(); largest != "5" || logged != "2" {
+		t.Fatalf("after the clears and a rollup: largest total %s, log %s; want 5 and 2", largest, logged)
+	}
+	if v, err := db.Exact(ctx, "small"); err != nil || v != 3 {
+		t.Fatalf("small: %d %v", v, err)
 	}
 }
