@@ -46,11 +46,12 @@
 // A counter's total (rollup total + log tail) never leaves int64. An event
 // that would take it out fails alone with ErrOverflow (it wraps
 // store.ErrOverflow); every other event of the batch, of the same key or of
-// others, is unaffected. Backends check cheaply: each key has a stored
-// upper bound of its magnitude, raised by every batch, and only a key whose
-// bound comes near the limit (2^62), or a batch that brings a very large
-// delta to a key (more than 2^40 in all), pays for an exact check of that
-// key, which also tightens its bound again.
+// others, is unaffected. Backends check cheaply against a stored upper
+// bound of the magnitude, raised by every batch: per key in SQLite, one for
+// the whole store in PostgreSQL (one row per batch, whatever its keys).
+// Only when that bound comes near the limit (2^62), or a batch brings a
+// very large delta (more than 2^40 in all), does the batch pay for an
+// exact check of its keys.
 //
 // Errors are classified. Permanent errors (ErrOverflow, ErrIDConflict,
 // ErrInvalidEvent, ErrInvalidCheckpoint, ErrSchemaVersion, ErrBackend) never

@@ -23,38 +23,56 @@ const insertIDs = `INSERT INTO ids (key, id, delta, seen_ns)
 // insertNewIDs inserts the IDs not stored yet and returns them.
 const insertNewIDs = insertIDs + ` ON CONFLICT DO NOTHING RETURNING key, id`
 
-// raiseBounds adds each row's magnitude to its bounds row, locking the rows
-// in (key, stripe) order.
-const raiseBounds = `INSERT INTO bounds (key, stripe, mag)
-	SELECT k, s, m FROM unnest($1::text[], $2::smallint[], $3::bigint[]) AS t (k, s, m) ORDER BY k, s
-	ON CONFLICT (key, stripe) DO UPDATE SET mag = CASE
-		WHEN bounds.mag > 9223372036854775807 - excluded.mag THEN 9223372036854775807
-		ELSE bounds.mag + excluded.mag END`
+// gateFast and gateExact take the lock of table gate (which holds no
+// rows) at the start of a batch: batches checked cheaply (ROW EXCLUSIVE)
+// run beside each other, and so do batches checked exactly and clears
+// (SHARE), but never one of each.
+const (
+	gateFast  = `LOCK TABLE gate IN ROW EXCLUSIVE MODE`
+	gateExact = `LOCK TABLE gate IN SHARE MODE`
+	// gateAll holds off every batch and clear: a rollup that measures the
+	// magnitude afresh (remeasureSQL) takes it.
+	gateAll = `LOCK TABLE gate IN EXCLUSIVE MODE`
+)
 
-// checkAndLog inserts the log rows of the keys checked cheaply, and fails
-// (bound_exceeded, SQLSTATE HC001, the key as message) when the bound of
-// one of them is above $6: the batch is then started over. So the COMMIT
-// queued behind it in the same round trip commits only a batch whose
-// every key passed.
-const checkAndLog = `WITH added AS (
+// raiseAndLog raises stripe $5 of the store's magnitude by $6 (the batch's
+// sum of |delta|), inserts the log rows and fails (bound_exceeded, SQLSTATE
+// HC001) when the magnitude, rows of every stripe, is then above $7: the
+// batch is then started over, checked exactly. So the COMMIT queued behind
+// it in the same round trip commits only a batch that passed. The other
+// stripes are read from the statement's snapshot, the raised one after
+// its row lock. The magnitude is numeric: no raise is ever lost to a
+// saturation that a rollup's decrease would not know of.
+const raiseAndLog = `WITH raised AS (
+		INSERT INTO magnitude (stripe, mag) VALUES ($5, $6)
+		ON CONFLICT (stripe) DO UPDATE SET mag = magnitude.mag + excluded.mag
+		RETURNING mag
+	), added AS (
 		INSERT INTO events (key, delta, at_ns, n)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
 	)
-	SELECT bound_exceeded(k) FROM unnest($5::text[]) AS f (k)
-	WHERE abs(coalesce((SELECT total FROM totals WHERE key = f.k), 0)::numeric)
-		+ coalesce((SELECT sum(mag) FROM bounds WHERE key = f.k), 0) > $6`
+	SELECT bound_exceeded('') FROM raised
+	WHERE mag + coalesce((SELECT sum(mag) FROM magnitude WHERE stripe <> $5), 0) > $7`
 
-// exactTails returns, for each key, its exact total and the sum of |delta|
-// of its log rows.
-const exactTails = `SELECT s.k, (coalesce((SELECT total FROM totals WHERE key = s.k), 0) + e.sum)::text, e.abs::text
+// raiseMagnitude raises stripe $1 of the store's magnitude by $2 (a
+// decimal) and returns the whole magnitude (a batch checked exactly).
+const raiseMagnitude = `WITH raised AS (
+		INSERT INTO magnitude (stripe, mag) VALUES ($1, $2::text::numeric)
+		ON CONFLICT (stripe) DO UPDATE SET mag = magnitude.mag + excluded.mag
+		RETURNING mag
+	)
+	SELECT (mag + coalesce((SELECT sum(mag) FROM magnitude WHERE stripe <> $1), 0))::text FROM raised`
+
+// lockKeys locks the keys of a batch checked exactly, in key order: their
+// bounds rows (stripe -1) are the keys' locks.
+const lockKeys = `INSERT INTO bounds (key, stripe, mag)
+	SELECT k, -1, 0 FROM unnest($1::text[]) AS t (k) ORDER BY k
+	ON CONFLICT (key, stripe) DO UPDATE SET mag = 0`
+
+// exactTails returns, for each key, its exact total.
+const exactTails = `SELECT s.k, (coalesce((SELECT total FROM totals WHERE key = s.k), 0) + e.sum)::text
 	FROM unnest($1::text[]) AS s (k) CROSS JOIN LATERAL (
-		SELECT coalesce(sum(delta), 0) AS sum, coalesce(sum(abs(delta::numeric)), 0) AS abs
-		FROM events WHERE key = s.k) e`
-
-// resetBounds sets the bound of each key, all of whose rows the
-// transaction holds.
-const resetBounds = `UPDATE bounds SET mag = CASE WHEN stripe = 0 THEN v.m ELSE 0 END
-	FROM unnest($1::text[], $2::bigint[]) AS v (k, m) WHERE bounds.key = v.k`
+		SELECT coalesce(sum(delta), 0) AS sum FROM events WHERE key = s.k) e`
 
 const deleteIDs = `DELETE FROM ids WHERE (key, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 
@@ -82,7 +100,7 @@ func (db *DB) AppendEvents(ctx context.Context, events []durable.Event) ([]durab
 		return nil, wrap("append", err)
 	}
 	defer conn.Release()
-	a := appender{db: db, conn: conn, stripe: db.stripe.Next(), exact: map[string]bool{}, optimistic: true}
+	a := appender{db: db, conn: conn, stripe: db.stripe.Next(), optimistic: true}
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			b = sqlkit.NewBatch(events, now) // the last try marked b
@@ -108,9 +126,9 @@ type appender struct {
 	db         *DB
 	conn       *pgxpool.Conn
 	stripe     int
-	exact      map[string]bool // keys to check exactly
-	optimistic bool            // insert IDs without ON CONFLICT
-	open       bool            // a transaction is open
+	exact      bool // check every key exactly
+	optimistic bool // insert IDs without ON CONFLICT
+	open       bool // a transaction is open
 }
 
 func (a *appender) rollback(ctx context.Context) error {
@@ -125,11 +143,23 @@ func (a *appender) rollback(ctx context.Context) error {
 	return err
 }
 
+// magnitudeOf returns the sum of |delta| of keys, saturated.
+func magnitudeOf(keys []sqlkit.Key) int64 {
+	var m int64
+	for _, k := range keys {
+		m = sqlkit.AddSat(m, k.Abs)
+	}
+	return m
+}
+
 // try runs the transaction once. again asks for another try (the
 // transaction is left open for the caller to roll back).
 func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err error) {
 	pipe := &pgx.Batch{}
 	legacy := b.Now < a.db.legacy.Load()
+	if !a.exact && (a.db.exact.Load() || magnitudeOf(b.Keys()) > sqlkit.FastDelta) {
+		a.exact = true
+	}
 	if err := a.begin(ctx, pipe, legacy || !a.optimistic); err != nil {
 		return false, err
 	}
@@ -151,106 +181,86 @@ func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err er
 	} else if len(pending) > 0 {
 		pipe.Queue(insertIDs, keys, ids, deltas, b.Now)
 	}
-	// Bounds: one row per key checked cheaply, every stripe of a key
-	// checked exactly; the log rows of the keys checked cheaply.
-	var bk []string
-	var bs []int16
-	var bm []int64
-	var fast, slow []string
-	for _, k := range b.Keys() {
-		if k.Abs > sqlkit.FastDelta || a.exact[k.Key] || a.db.slow.has(k.Key) {
-			a.exact[k.Key] = true
-			slow = append(slow, k.Key)
-			for s := range sqlkit.Stripes {
-				m := int64(0)
-				if s == a.stripe {
-					m = k.Abs
-				}
-				bk, bs, bm = append(bk, k.Key), append(bs, int16(s)), append(bm, m)
-			}
-			continue
+	var slow []string
+	tails := map[string]*big.Int{}
+	if !a.exact {
+		if ks := b.Keys(); len(ks) > 0 {
+			rk, rd, ra, rn := rowArrays(b.Rows())
+			pipe.Queue(raiseAndLog, rk, rd, ra, rn, int16(a.stripe), magnitudeOf(ks), int64(sqlkit.FastBound))
 		}
-		fast = append(fast, k.Key)
-		bk, bs, bm = append(bk, k.Key), append(bs, int16(a.stripe)), append(bm, k.Abs)
-	}
-	tails := map[string][2]*big.Int{}
-	if len(bk) > 0 {
-		pipe.Queue(raiseBounds, bk, bs, bm)
-		rk, rd, ra, rn := rowArrays(b.Rows(), func(k string) bool { return !a.exact[k] })
-		pipe.Queue(checkAndLog, rk, rd, ra, rn, fast, int64(sqlkit.FastBound))
-	}
-	if len(slow) > 0 {
-		pipe.Queue(exactTails, slow).Query(func(rows pgx.Rows) error {
-			var k, sum, abs string
-			_, err := pgx.ForEachRow(rows, []any{&k, &sum, &abs}, func() error {
-				s, ok1 := new(big.Int).SetString(sum, 10)
-				m, ok2 := new(big.Int).SetString(abs, 10)
-				if !ok1 || !ok2 {
-					return fmt.Errorf("%w: bad sums %q %q of %q", durable.ErrBackend, sum, abs, k)
-				}
-				tails[k] = [2]*big.Int{s, m}
-				return nil
-			})
-			return err
-		})
-	}
-	if len(slow) == 0 {
 		a.queueCommit(pipe)
+	} else {
+		for _, k := range b.Keys() {
+			slow = append(slow, k.Key)
+		}
+		if len(slow) > 0 {
+			pipe.Queue(lockKeys, slow)
+			pipe.Queue(exactTails, slow).Query(func(rows pgx.Rows) error {
+				var k, sum string
+				_, err := pgx.ForEachRow(rows, []any{&k, &sum}, func() error {
+					s, ok := new(big.Int).SetString(sum, 10)
+					if !ok {
+						return fmt.Errorf("%w: bad sum %q of %q", durable.ErrBackend, sum, k)
+					}
+					tails[k] = s
+					return nil
+				})
+				return err
+			})
+		}
 	}
 	if err := a.send(ctx, pipe); err != nil {
 		if a.optimistic && isUnique(err) {
 			a.optimistic = false
 			return true, nil
 		}
-		if k, ok := boundExceeded(err); ok {
-			a.exact[k] = true
-			a.db.slow.set(k, true)
+		if boundExceeded(err) {
+			a.exact = true
+			a.db.exact.Store(true)
 			return true, nil
 		}
 		return false, err
 	}
-	if len(slow) == 0 {
+	if !a.exact {
 		return false, nil
 	}
 	return false, a.settle(ctx, b, slow, tails)
 }
 
-// begin starts the transaction: on its own when now is set, else queued
-// first in pipe.
+// begin starts the transaction and takes the gate (gateFast, or gateExact
+// when the batch is checked exactly): on their own when now is set, else
+// queued first in pipe.
 func (a *appender) begin(ctx context.Context, pipe *pgx.Batch, now bool) error {
 	a.open = true
+	gate := gateFast
+	if a.exact {
+		gate = gateExact
+	}
 	if !now {
 		pipe.Queue("BEGIN")
+		pipe.Queue(gate)
 		return nil
 	}
-	_, err := a.conn.Exec(ctx, "BEGIN")
+	if _, err := a.conn.Exec(ctx, "BEGIN"); err != nil {
+		return err
+	}
+	_, err := a.conn.Exec(ctx, gate)
 	return err
 }
 
-// settle decides the events of the keys checked exactly, writes their log
-// rows, removes the IDs of the events that failed, resets the keys'
-// bounds and commits.
-func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, tails map[string][2]*big.Int) error {
+// settle decides the events of the keys checked exactly, writes the log
+// rows, removes the IDs of the events that failed, raises the store's
+// magnitude by what was applied and commits. Whether the next batch can be
+// checked cheaply again is read from the magnitude.
+func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, tails map[string]*big.Int) error {
 	for _, k := range slow {
-		b.Settle(k, tails[k][0])
-	}
-	applied := map[string]int64{}
-	for _, k := range b.Keys() {
-		applied[k.Key] = k.Abs
-	}
-	ms := make([]int64, len(slow))
-	for i, k := range slow {
-		t := tails[k]
-		ms[i] = sqlkit.AddSat(sqlkit.Clamp(t[1]), applied[k])
-		// |rollup total| ≤ |total| + Σ|rows|: a key whose next bound
-		// check would pass goes back to the cheap check.
-		next := new(big.Int).Abs(t[0])
-		next.Add(next, big.NewInt(ms[i])).Add(next, big.NewInt(ms[i]))
-		a.db.slow.set(k, next.Cmp(big.NewInt(sqlkit.FastBound)) > 0)
+		b.Settle(k, tails[k])
 	}
 	pipe := &pgx.Batch{}
-	rk, rd, ra, rn := rowArrays(b.Rows(), func(k string) bool { return a.exact[k] })
-	pipe.Queue(insertRows, rk, rd, ra, rn)
+	if rows := b.Rows(); len(rows) > 0 {
+		rk, rd, ra, rn := rowArrays(rows)
+		pipe.Queue(insertRows, rk, rd, ra, rn)
+	}
 	if failed := b.Failed(); len(failed) > 0 {
 		fk, fi := make([]string, len(failed)), make([]string, len(failed))
 		for j, i := range failed {
@@ -258,9 +268,30 @@ func (a *appender) settle(ctx context.Context, b *sqlkit.Batch, slow []string, t
 		}
 		pipe.Queue(deleteIDs, fk, fi)
 	}
-	pipe.Queue(resetBounds, slow, ms)
+	applied := new(big.Int)
+	for _, i := range b.Pending() {
+		d := big.NewInt(b.Events[i].Delta)
+		applied.Add(applied, d.Abs(d))
+	}
+	var fast bool
+	pipe.Queue(raiseMagnitude, int16(a.stripe), applied.String()).QueryRow(func(row pgx.Row) error {
+		var m string
+		if err := row.Scan(&m); err != nil {
+			return err
+		}
+		v, ok := new(big.Int).SetString(m, 10)
+		if !ok {
+			return fmt.Errorf("%w: bad magnitude %q", durable.ErrBackend, m)
+		}
+		fast = v.Cmp(big.NewInt(sqlkit.FastBound-sqlkit.FastDelta)) <= 0
+		return nil
+	})
 	a.queueCommit(pipe)
-	return a.send(ctx, pipe)
+	if err := a.send(ctx, pipe); err != nil {
+		return err
+	}
+	a.db.exact.Store(!fast)
+	return nil
 }
 
 // insertNew inserts the IDs not stored yet and marks the others duplicates
@@ -344,12 +375,10 @@ func (a *appender) queueCommit(pipe *pgx.Batch) {
 	})
 }
 
-// rowArrays splits the rows whose key keep accepts into column arrays.
-func rowArrays(rows []sqlkit.Row, keep func(string) bool) (keys []string, deltas, ats, ns []int64) {
+// rowArrays splits rows into column arrays.
+func rowArrays(rows []sqlkit.Row) (keys []string, deltas, ats, ns []int64) {
 	for _, r := range rows {
-		if keep(r.Key) {
-			keys, deltas, ats, ns = append(keys, r.Key), append(deltas, r.Delta), append(ats, r.At), append(ns, r.N)
-		}
+		keys, deltas, ats, ns = append(keys, r.Key), append(deltas, r.Delta), append(ats, r.At), append(ns, r.N)
 	}
 	return keys, deltas, ats, ns
 }
@@ -367,12 +396,37 @@ const rollupSQL = `WITH cand AS (
 	), folded AS (
 		INSERT INTO totals (key, total) SELECT key, s::bigint FROM agg
 		ON CONFLICT (key) DO UPDATE SET total = totals.total + excluded.total
+		RETURNING total
+	), bound AS (
+		INSERT INTO magnitude (stripe, mag) VALUES
+			(-1, (SELECT coalesce(max(abs(total::numeric)), 0) FROM folded)),
+			(0, -(SELECT coalesce(sum(abs(delta::numeric)), 0) FROM moved))
+		ON CONFLICT (stripe) DO UPDATE SET mag = CASE
+			WHEN magnitude.stripe = -1 THEN greatest(magnitude.mag, excluded.mag)
+			ELSE magnitude.mag + excluded.mag END
 	)
 	SELECT (SELECT coalesce(sum(n), 0)::bigint FROM agg), (SELECT count(*) FROM agg),
 		coalesce((SELECT array_agg(key ORDER BY key) FROM judged WHERE NOT ok), '{}')`
 
+// remeasureSQL sets the store's magnitude to what the log and the totals
+// hold now: the largest |total| and the sum of |delta|. The magnitude only
+// over-estimates between two measures (a clear removes rows without
+// lowering it, and stripe -1 only rises), so a store that once came near
+// the limit would otherwise be checked exactly for good. It runs in a
+// rollup that found the magnitude above the cheap bound, under the rollup
+// lock (no clear) and gateAll (no batch in flight), so nothing it reads
+// moves while it writes.
+const remeasureSQL = `UPDATE magnitude SET mag = CASE stripe
+		WHEN -1 THEN (SELECT coalesce(max(abs(total::numeric)), 0) FROM totals)
+		WHEN 0 THEN (SELECT coalesce(sum(abs(delta::numeric)), 0) FROM events)
+		ELSE 0 END`
+
 // Rollup implements durable.Log: Prune, then one statement that folds
-// every key whose total stays in int64, under the rollup lock.
+// every key whose total stays in int64, under the rollup lock. When the
+// store's magnitude is above the cheap bound, it holds every batch off
+// meanwhile and measures the magnitude afresh after the fold
+// (remeasureSQL), so that the store goes back to cheap checks once its
+// large counters are cleared.
 func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupReport, error) {
 	var rep durable.RollupReport
 	pruned, perr := db.Prune(ctx)
@@ -386,8 +440,25 @@ func (db *DB) Rollup(ctx context.Context, before time.Time) (durable.RollupRepor
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, db.locks, lockRollup); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, rollupSQL, before.UnixNano(), int64(math.MinInt64), int64(math.MaxInt64)).
-			Scan(&folded, &keys, &failed)
+		var high bool
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(mag), 0) > $1 FROM magnitude`, int64(sqlkit.FastBound)).Scan(&high); err != nil {
+			return err
+		}
+		if high {
+			// Before any other lock (batches take the gate first too).
+			if _, err := tx.Exec(ctx, gateAll); err != nil {
+				return err
+			}
+		}
+		if err := tx.QueryRow(ctx, rollupSQL, before.UnixNano(), int64(math.MinInt64), int64(math.MaxInt64)).
+			Scan(&folded, &keys, &failed); err != nil {
+			return err
+		}
+		if high {
+			_, err := tx.Exec(ctx, remeasureSQL)
+			return err
+		}
+		return nil
 	})
 	if ferr != nil {
 		return rep, errors.Join(perr, wrap("rollup", ferr))

@@ -2,21 +2,54 @@
 //
 // # Appending a batch
 //
-// A batch of events arrives as arrays (unnest) and costs two round trips
-// in the common case: one pipeline of BEGIN, the insert of its IDs, the
-// raise of its keys' bounds (see durable's package documentation) and the
-// check of those bounds together with the insert of its log rows; then
-// COMMIT. The IDs are inserted optimistically, without ON CONFLICT (as
-// cheap as COPY, where ON CONFLICT costs about twice as much), sorted by
-// (key, id), so concurrent batches that share IDs wait for each other
-// instead of deadlocking. When an ID is already there (a retry) the
-// transaction is rolled back and done again with INSERT ... ON CONFLICT DO
-// NOTHING RETURNING and a look-up of the stored deltas. When a key needs
-// an exact check, its batch locks all of the key's bounds rows, in the
-// same statement and (key, stripe) order as every other batch's single
-// row, sums the key's log and settles it. Since every write of a batch
-// takes its locks in one order (IDs, then bounds), batches never
-// deadlock.
+// A batch of events arrives as arrays (unnest) and costs one round trip in
+// the common case: one pipeline of BEGIN, the lock of table gate, the
+// insert of its IDs, one statement that raises the store's magnitude,
+// inserts its log rows and checks the magnitude, and COMMIT. The IDs are
+// inserted optimistically, without ON CONFLICT (as cheap as COPY, where ON
+// CONFLICT costs about twice as much), sorted by (key, id), so concurrent
+// batches that share IDs wait for each other instead of deadlocking. When
+// an ID is already there (a retry) the transaction is rolled back and done
+// again with INSERT ... ON CONFLICT DO NOTHING RETURNING and a look-up of
+// the stored deltas.
+//
+// # The overflow check
+//
+// A counter's total must stay in int64. The store keeps one magnitude,
+// table magnitude (numeric, so that no raise is lost to saturation):
+// stripe -1 is at least the largest |rollup total| of any key, and stripes
+// 0-15 add up to at least the sum of |delta| of all log rows; so every
+// key's |total| is at most the sum of all rows. A batch
+// whose events bring at most sqlkit.FastDelta raises one stripe by that
+// (concurrent batches of one process raise distinct stripes, so they do
+// not wait for each other's row lock) and passes when the sum, its own
+// raise included, is at most sqlkit.FastBound (2^62): the batches in
+// flight that it cannot see bring at most 2^40 each, and even 2^18 of them
+// (more than PostgreSQL can run at once) stay far from 2^63. This costs one
+// row per batch, whatever its keys, where a bound per key cost one row per
+// key and batch.
+//
+// Any other batch (a larger one, or any batch once the magnitude is above
+// the cheap bound: the next ones go there at once, until a batch checked
+// exactly finds it low again) is checked exactly, key by key: it locks its
+// keys' rows in bounds (stripe -1), in key order, sums each key's log and
+// rollup total, lets each event through only while the running total stays
+// in int64, and raises the magnitude by what it applied. Batches checked
+// exactly take the gate in SHARE mode and cheap ones in ROW EXCLUSIVE
+// mode, so a cheap batch never runs beside one checked exactly: a cheap
+// batch cannot miss a large raise in flight, and an exact sum cannot miss
+// a cheap batch of its key in flight. Both kinds take their locks in one
+// order (gate, IDs, key rows, magnitude), so batches never deadlock.
+// Rollup lowers the magnitude by the sum of |delta| it folds and raises
+// stripe -1 to the largest |total| it wrote, in its statement; a clear
+// takes the gate as a batch checked exactly does. Between rollups the
+// magnitude only over-estimates (stripe -1 only rises, a clear removes rows
+// without lowering it); a rollup that finds it above the cheap bound holds
+// every batch and clear off (gate in EXCLUSIVE mode, taken first) and
+// measures it afresh from the log and the totals, so a store goes back to
+// cheap checks once its counters near the limit are cleared. While one
+// stays near the limit, every batch of the store is checked exactly (a
+// sum of the log tail per key and batch).
 //
 // A batch adds one events row per key (its sum), and per event only its
 // ids row, whose first-seen time has a BRIN index (nearly free to
@@ -47,7 +80,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +131,7 @@ type DB struct {
 	locks  int32 // advisory lock class of this schema
 	stripe *sqlkit.Stripe
 	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
-	slow   slowKeys
+	exact  atomic.Bool  // the store's magnitude is too high for the cheap check
 }
 
 var (
@@ -246,6 +278,25 @@ var migrations = []string{
 		at_ns bigint NOT NULL
 	);
 	CREATE INDEX deadlines_at ON deadlines (at_ns);`,
+
+	// 4: one magnitude for the whole store instead of bounds rows per key
+	// and batch (see the package documentation). Its stripes 0-15 start at
+	// the sum of |delta| of the log, stripe -1 at the largest |rollup
+	// total|. gate is only locked. bounds keeps only the keys' lock rows
+	// (stripe -1); the lock waits for the batches of the previous release
+	// in flight, and the check makes theirs fail from now on (they would
+	// not raise the magnitude).
+	`LOCK TABLE bounds IN ACCESS EXCLUSIVE MODE;
+	CREATE TABLE gate ();
+	DELETE FROM bounds;
+	ALTER TABLE bounds ADD CONSTRAINT bounds_locks_only CHECK (stripe = -1);
+	CREATE TABLE magnitude (
+		stripe smallint PRIMARY KEY,
+		mag    numeric NOT NULL
+	);
+	INSERT INTO magnitude (stripe, mag) SELECT s, 0 FROM generate_series(1, 15) AS s;
+	INSERT INTO magnitude (stripe, mag) SELECT 0, coalesce(sum(abs(delta::numeric)), 0) FROM events;
+	INSERT INTO magnitude (stripe, mag) SELECT -1, coalesce(max(abs(total::numeric)), 0) FROM totals;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
@@ -348,14 +399,11 @@ func transient(err error) bool {
 	return pe.Code == "55P03"
 }
 
-// boundExceeded returns the key whose bound the statement found too high
-// (function bound_exceeded).
-func boundExceeded(err error) (string, bool) {
+// boundExceeded reports whether the statement found the store's magnitude
+// too high for the cheap check (function bound_exceeded).
+func boundExceeded(err error) bool {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "HC001" {
-		return pe.Message, true
-	}
-	return "", false
+	return errors.As(err, &pe) && pe.Code == "HC001"
 }
 
 // isUnique reports whether err is a unique violation.
@@ -375,34 +423,4 @@ func bucket(counter string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(counter))
 	return 1 + int32(h.Sum32()%lockBuckets)
-}
-
-// slowKeys remembers, up to a bound, the keys that recently needed an
-// exact check, so that their next batch asks for it at once instead of
-// finding out and starting over.
-type slowKeys struct {
-	mu   sync.Mutex
-	keys map[string]struct{}
-}
-
-const maxSlowKeys = 4096
-
-func (s *slowKeys) has(k string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.keys[k]
-	return ok
-}
-
-func (s *slowKeys) set(k string, slow bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !slow {
-		delete(s.keys, k)
-		return
-	}
-	if s.keys == nil || len(s.keys) >= maxSlowKeys {
-		s.keys = make(map[string]struct{})
-	}
-	s.keys[k] = struct{}{}
 }

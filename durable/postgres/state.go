@@ -49,8 +49,9 @@ func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) err
 }
 
 // ClearCounter implements durable.Lifecycle in one transaction. It holds
-// the rollup lock shared and its counter's checkpoint bucket exclusively
-// (see the package documentation).
+// the rollup lock shared, its counter's checkpoint bucket exclusively and
+// the magnitude gate as a batch checked exactly does, so that the batches
+// in flight commit before it deletes (see the package documentation).
 func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
 	if err := sqlkit.ClearKey(key); err != nil {
 		return err
@@ -61,6 +62,9 @@ func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error 
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, $2), pg_advisory_xact_lock($1, $3)`,
 			db.locks, lockRollup, bucket(key)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, gateExact); err != nil {
 			return err
 		}
 		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())

@@ -279,6 +279,8 @@ var dialect = sqlkit.Dialect{
 	In:     func(col string, n int) string { return fmt.Sprintf("%s IN (SELECT value FROM json_each($%d))", col, n) },
 	List:   func(s []string) any { return jsonList(s) },
 	Prefix: func(col string, n int) string { return fmt.Sprintf("substr(%s, 1, length($%d)) = $%[2]d", col, n) },
+
+	KeyBounds: true,
 }
 
 // migrate applies pending migrations in one transaction and reads the

@@ -29,7 +29,9 @@
 // from 2^63. Any other key is settled exactly: its batch locks every stripe
 // of the key (so no other batch of the key is in flight), sums its log,
 // lets each event through only while the running total stays in int64,
-// and resets the bound to the exact sum of |delta| of its rows.
+// and resets the bound to the exact sum of |delta| of its rows. (The
+// PostgreSQL backend keeps one such bound for the whole store instead; see
+// its package documentation.)
 package sqlkit
 
 import (

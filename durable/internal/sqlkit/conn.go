@@ -32,6 +32,9 @@ type Dialect struct {
 	List func([]string) any
 	// Prefix returns a condition: col starts with the text parameter $n.
 	Prefix func(col string, n int) string
+	// KeyBounds: the store keeps a magnitude bound per key (bounds rows
+	// with mag), which a clear gives again to the log events it keeps.
+	KeyBounds bool
 }
 
 // errNoRows: QueryOne found no row.
@@ -128,8 +131,9 @@ func Tombstones(ctx context.Context, c Conn, d Dialect, keys []string) (map[stri
 // when at is in the past: a checkpoint read at or before at is saved
 // within the retention after it, so a clear made later than that needs no
 // tombstone kept for long. Its bounds rows go first: in
-// PostgreSQL that waits for the batches of the key in flight, so that the
-// deletes of its log rows that follow see them.
+// PostgreSQL that waits for the batches of the key in flight (with the
+// gate the caller holds, for every batch in flight), so that the deletes
+// of its log rows that follow see them.
 func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time) error {
 	lo, hi := SubKeyRange(key)
 	subs, err := Strings(ctx, tx, `SELECT key FROM checkpoints WHERE key >= $1 AND key < $2`, lo, hi)
@@ -161,6 +165,9 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 			return err
 		}
+	}
+	if !d.KeyBounds {
+		return nil
 	}
 	return keepBound(ctx, tx, key)
 }
