@@ -134,7 +134,7 @@ func (s *Store) IncrBySlot(ctx context.Context, key string, slot uint16, delta i
 		f, cut := s.watch.begin(nc)
 		r = c.Do(ctx, c.B().Incrby().Key(key).Increment(delta).Build())
 		f.done.Add(1)
-		if r.Error() != nil && nc.cuts.Load() != cut {
+		if err := r.Error(); err != nil && nc.cuts.Load() != cut && !isReply(err) {
 			return 0, fmt.Errorf("%w: INCRBY %q: no reply from %s within %v: %w", store.ErrUnavailable, key, st.topo.Nodes[n], s.cfg.Timeout, context.DeadlineExceeded)
 		}
 	} else {
@@ -277,4 +277,11 @@ func (s *Store) incrResult(script bool, r rueidis.RedisResult) store.IncrResult 
 		}
 		return store.IncrResult{Applied: true, Value: v}
 	}
+}
+
+// isReply reports whether err is an error reply of the server (the
+// command ran, or was refused, there), not a failure to get a reply.
+func isReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }
