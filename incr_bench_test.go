@@ -3,6 +3,7 @@ package hotcount_test
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -25,9 +26,10 @@ const incrBenchParallelism = 8
 
 // BenchmarkIncrVsHandRolled compares an unbuffered Client.Incr on the test
 // cluster with what a user would write by hand: INCRBY on a random one of
-// the same N sub-keys, through a plain rueidis cluster client. Both run in
-// the same process, on the same cluster, with the same parallelism; run
-// them in one invocation and compare ns/op and allocs/op:
+// the same N sub-keys, through a plain rueidis cluster client with the
+// store's options. Both run in the same process, on the same cluster, with
+// the same parallelism, and pass the caller's context (Background) as it
+// is; run them in one invocation and compare ns/op and allocs/op:
 //
 //	go test -run '^$' -bench IncrVsHandRolled -count 5 .
 func BenchmarkIncrVsHandRolled(b *testing.B) {
@@ -51,7 +53,16 @@ func BenchmarkIncrVsHandRolled(b *testing.B) {
 	if len(subs) != incrBenchN {
 		b.Fatalf("%d sub-keys, want %d", len(subs), incrBenchN)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Seeds(), DisableCache: true})
+	// The same rueidis options as the store's client (store/redis New),
+	// without the store's dialer, which only records connections for its
+	// watchdog: default pipelining, no flush delay.
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:      cluster.Seeds(),
+		Dialer:           net.Dialer{Timeout: redis.DefaultDialTimeout, KeepAlive: rueidis.DefaultTCPKeepAlive},
+		ConnWriteTimeout: redis.DefaultTimeout + redis.DefaultDialTimeout,
+		DisableCache:     true,
+		ClientSetInfo:    rueidis.DisableClientSetInfo,
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

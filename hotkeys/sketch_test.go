@@ -196,6 +196,26 @@ func TestSketchEviction(t *testing.T) {
 	}
 }
 
+// TestSketchRepeatAfterEviction checks the shortcut for a key observed
+// again right after itself: when the entry it used now counts another key
+// (evicted, taken over), the key is looked up, not counted into the other.
+func TestSketchRepeatAfterEviction(t *testing.T) {
+	s, _ := newTestSketch(t, SketchConfig{K: 1, Shards: 1, ClockEvery: 1})
+	for range 3 {
+		s.Observe("a", 1) // the second and third use the shortcut
+	}
+	s.Observe("b", 1) // takes a's entry over: count 4, bound 3
+	s.Observe("a", 1) // takes it back: count 5, bound 4
+	s.Observe("a", 1)
+	top := s.Top(0)
+	if len(top) != 1 || top[0].Key != "a" || top[0].Count != 6 || top[0].ErrBound != 4 {
+		t.Fatalf("top = %+v, want a with count 6, bound 4", top)
+	}
+	if r := s.Rate("b"); r != 0 {
+		t.Fatalf("b, taken over, still has rate %v", r)
+	}
+}
+
 func TestSketchObserveAllocs(t *testing.T) {
 	s, _ := newTestSketch(t, SketchConfig{})
 	s.Observe("likes:post:42", 1)

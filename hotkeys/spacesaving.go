@@ -15,7 +15,8 @@ type shard struct {
 	nextDecay int64    // ns; 0 means not started
 	now       int64    // last clock reading, ns
 	ops       uint32   // Observe calls since that reading
-	_         [40]byte // keep neighbouring shards' locks off this cache line
+	last      *entry   // the entry observe found or made last (its key may have changed since)
+	_         [32]byte // keep neighbouring shards' locks off this cache line
 }
 
 // tick records a fresh clock reading. The caller holds mu.
@@ -51,14 +52,21 @@ func (sh *shard) observe(s *Sketch, key string, delta, now int64) {
 		sh.nextDecay = now + s.decay
 	}
 	b := now / s.bucket
-	if e, ok := sh.idx[key]; ok {
+	// A hot key is observed many times in a row: the entry of the last
+	// key observed is checked before the map. An entry lives as long as
+	// the shard, and its key is the one it counts now.
+	e := sh.last
+	if e == nil || e.key != key {
+		e = sh.idx[key]
+	}
+	if e != nil {
+		sh.last = e
 		e.add(b, delta)
 		e.count += delta
 		e.fresh += delta
 		sh.down(e.pos)
 		return
 	}
-	var e *entry
 	var floor int64
 	if n := len(sh.heap); n < len(sh.pool) {
 		e = &sh.pool[n]
@@ -74,6 +82,7 @@ func (sh *shard) observe(s *Sketch, key string, delta, now int64) {
 	*e = entry{key: strings.Clone(key), count: floor + delta, err: floor, pos: e.pos, since: now, last: b, fresh: delta}
 	e.ring[b&(ringSize-1)] = delta
 	sh.idx[e.key] = e
+	sh.last = e
 	sh.up(e.pos)
 	sh.down(e.pos)
 }

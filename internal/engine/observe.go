@@ -19,12 +19,13 @@ type observer struct {
 	writes   *hotkeys.Sketch // cache writes, per counter key
 	nodeRate *hotkeys.Sketch // cache writes, per node (few keys: exact)
 
-	mu    sync.RWMutex
-	nodes map[string]*atomic.Uint64 // cache writes per node, cumulative
+	mu    sync.Mutex                                // serialises adding nodes
+	nodes atomic.Pointer[map[string]*atomic.Uint64] // cache writes per node, cumulative; replaced, never changed
 }
 
 func newObserver(c clock.Clock) (*observer, error) {
-	o := &observer{nodes: map[string]*atomic.Uint64{}}
+	o := &observer{}
+	o.nodes.Store(&map[string]*atomic.Uint64{})
 	var err error
 	for _, sk := range []**hotkeys.Sketch{&o.arrivals, &o.writes, &o.nodeRate} {
 		if *sk, err = hotkeys.NewSketch(hotkeys.SketchConfig{Now: c.Now}); err != nil {
@@ -52,18 +53,29 @@ func (o *observer) wroteNode(node string, n int64) {
 		return
 	}
 	o.nodeRate.Observe(node, n)
-	o.mu.RLock()
-	c := o.nodes[node]
-	o.mu.RUnlock()
+	c := (*o.nodes.Load())[node]
 	if c == nil {
-		o.mu.Lock()
-		if c = o.nodes[node]; c == nil {
-			c = new(atomic.Uint64)
-			o.nodes[node] = c
-		}
-		o.mu.Unlock()
+		c = o.addNode(node)
 	}
 	c.Add(uint64(n))
+}
+
+// addNode returns node's write count, adding it to a copy of the map.
+func (o *observer) addNode(node string) *atomic.Uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.nodes.Load()
+	if c := old[node]; c != nil {
+		return c
+	}
+	m := make(map[string]*atomic.Uint64, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	c := new(atomic.Uint64)
+	m[node] = c
+	o.nodes.Store(&m)
+	return c
 }
 
 // NodeWrites is the cache write traffic of one node.
@@ -86,12 +98,10 @@ func (e *Engine) NodeWrites(ctx context.Context) []NodeWrites {
 	}
 	seen := map[string]bool{}
 	var out []NodeWrites
-	o.mu.RLock()
-	for n, c := range o.nodes {
+	for n, c := range *o.nodes.Load() {
 		out = append(out, NodeWrites{Node: n, Rate: rates[n], Total: c.Load()})
 		seen[n] = true
 	}
-	o.mu.RUnlock()
 	if t, err := e.st.Topology(ctx); err == nil {
 		for _, n := range t.Nodes {
 			if !seen[n] {

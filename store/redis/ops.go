@@ -108,9 +108,11 @@ func (s *Store) Del(ctx context.Context, keys []string) error {
 // This is the hot path of an unbuffered increment, so it skips the batch
 // machinery: one slot lookup in the current map, one INCRBY built with
 // rueidis' pooled command builder on the owner's connection (pipelined
-// with every other caller's commands), and a round context shared with
-// other calls when ctx cannot be cancelled. An increment of 1 (any delta
-// of magnitude below 100) costs no allocation.
+// with every other caller's commands). When ctx cannot be cancelled, the
+// store's watchdog bounds the round (see the package documentation), and
+// a round it ends returns store.ErrUnavailable wrapping
+// context.DeadlineExceeded. An increment of 1 (any delta of magnitude
+// below 100) costs no allocation.
 func (s *Store) IncrBy(ctx context.Context, key string, delta int64) (int64, error) {
 	return s.IncrBySlot(ctx, key, keyspace.Slot(key), delta)
 }
@@ -124,15 +126,27 @@ func (s *Store) IncrBySlot(ctx context.Context, key string, slot uint16, delta i
 	}
 	st := s.state.Load()
 	n := st.topo.Owner[slot]
-	c := st.clients[n]
-	if c == nil {
-		c = s.client
-	}
-	rctx, cancel := s.roundCtx(ctx)
-	st.counters[n].count(1, false)
-	r := c.Do(rctx, c.B().Incrby().Key(key).Increment(delta).Build())
-	if cancel != nil {
-		cancel()
+	c, nc := st.clients[n], st.counters[n]
+	var r rueidis.RedisResult
+	if c != nil && ctx.Done() == nil {
+		// Nothing can cancel ctx: the watchdog bounds the round, so
+		// that rueidis waits on the reply alone.
+		f, cut := s.watch.begin(nc)
+		r = c.Do(ctx, c.B().Incrby().Key(key).Increment(delta).Build())
+		f.done.Add(1)
+		if err := r.Error(); err != nil && nc.cuts.Load() != cut && !isReply(err) {
+			return 0, fmt.Errorf("%w: INCRBY %q: no reply from %s within %v: %w", store.ErrUnavailable, key, st.topo.Nodes[n], s.cfg.Timeout, context.DeadlineExceeded)
+		}
+	} else {
+		if c == nil {
+			c = s.client
+		}
+		rctx, cancel := s.roundCtx(ctx)
+		nc.count(1, false)
+		r = c.Do(rctx, c.B().Incrby().Key(key).Increment(delta).Build())
+		if cancel != nil {
+			cancel()
+		}
 	}
 	if r.Error() != nil {
 		r = s.resendOne(ctx, key, r, false, func(b rueidis.Builder) rueidis.Completed {
@@ -263,4 +277,11 @@ func (s *Store) incrResult(script bool, r rueidis.RedisResult) store.IncrResult 
 		}
 		return store.IncrResult{Applied: true, Value: v}
 	}
+}
+
+// isReply reports whether err is an error reply of the server (the
+// command ran, or was refused, there), not a failure to get a reply.
+func isReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }

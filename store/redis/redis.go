@@ -31,11 +31,28 @@
 // A round's timeout costs no allocation either, in the common cases. When
 // the caller's context already ends within Config.Timeout it serves as it
 // is. When it cannot be cancelled at all (context.Background and the
-// like), the round gets a context shared by every round that starts in the
-// same sixteenth of Config.Timeout, ending Timeout after the last of them
-// may start; each round is thus bounded by Timeout to Timeout·17/16. Only
-// a cancellable context with a later deadline is wrapped with
+// like), a batch round gets a context shared by every round that starts in
+// the same sixteenth of Config.Timeout, ending Timeout after the last of
+// them may start; each round is thus bounded by Timeout to Timeout·17/16.
+// Only a cancellable context with a later deadline is wrapped with
 // context.WithTimeout.
+//
+// IncrBy with such a context passes it to rueidis as it is, so that the
+// caller waits on the reply alone (waiting on a reply and a context
+// together costs a select over both, a good part of what the store adds to
+// a bare INCRBY), and a watchdog bounds it instead. The watchdog ticks 32
+// times per Timeout and counts IncrBy's rounds per node by the tick they
+// started in; when Timeout has passed since the end of a tick while a
+// round of that tick is still waiting, it closes every connection the
+// store has to that node. rueidis then fails every command waiting on
+// them, IncrBy returns store.ErrUnavailable wrapping
+// context.DeadlineExceeded (its outcome unknown, as after any timeout),
+// and the next command dials again. Such a round thus ends between
+// Timeout and about Timeout·17/16 after it started, plus however late the
+// watchdog's goroutine is scheduled. Unlike a per-round deadline, which
+// leaves the connection up for the late reply, a node that leaves a round
+// unanswered for Timeout has its connections closed: the batch rounds
+// waiting on them fail at once, with store.ErrUnavailable.
 //
 // A command answered with MOVED or ASK (the slot moved since the snapshot),
 // TRYAGAIN, or NOSCRIPT is resent once, after the refresh, through the
@@ -165,6 +182,7 @@ type Store struct {
 
 	stats     sync.Map // node name → *nodeCounters
 	deadlines *deadlines
+	watch     *watchdog
 }
 
 var _ store.Store = (*Store)(nil)
@@ -189,12 +207,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
+	watch := newWatchdog(cfg.Timeout, time.Now())
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:       cfg.Addrs,
 		Username:          cfg.Username,
 		Password:          cfg.Password,
 		TLSConfig:         cfg.TLS,
 		Dialer:            netDialer(cfg.DialTimeout),
+		DialCtxFn:         watch.dial,
 		ConnWriteTimeout:  cfg.Timeout + cfg.DialTimeout,
 		DisableCache:      true,
 		ForceSingleClient: cfg.ForceSingle,
@@ -209,6 +229,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cluster: client.Mode() == rueidis.ClientModeCluster,
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		watch:   watch,
 	}
 	s.deadlines = newDeadlines(cfg.Timeout)
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -217,6 +238,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		client.Close()
 		return nil, err
 	}
+	s.wg.Add(1)
+	go s.watchLoop()
 	if s.cluster {
 		s.wg.Add(1)
 		go s.refreshLoop()
@@ -272,14 +295,23 @@ func (s *Store) Stats() Stats {
 	out := Stats{}
 	s.stats.Range(func(k, v any) bool {
 		c := v.(*nodeCounters)
-		out[k.(string)] = NodeStats{Rounds: c.rounds.Load(), Commands: c.commands.Load(), Redirects: c.redirects.Load()}
+		var single int64 // IncrBy's rounds of one command
+		for i := range c.flights {
+			single += c.flights[i].started.Load()
+		}
+		out[k.(string)] = NodeStats{Rounds: c.rounds.Load() + single, Commands: c.commands.Load() + single, Redirects: c.redirects.Load()}
 		return true
 	})
 	return out
 }
 
+// nodeCounters counts what the store sent to one node: batch rounds and
+// resends in rounds, commands and redirects, IncrBy's rounds in flights.
 type nodeCounters struct {
 	rounds, commands, redirects atomic.Int64
+	cuts                        atomic.Uint64 // times the watchdog closed the node's connections
+	_                           [32]byte      // keep flights off the line of the counters above
+	flights                     [watchSlots]flight
 }
 
 // counters returns the counts of node, creating them on first use.
