@@ -428,7 +428,7 @@ func startProxyProcess(b testing.TB, bin, cfg string) (string, *procCap) {
 
 // BenchmarkPassThrough runs redis-benchmark SET and GET of a plain key
 // through the proxy and directly on the primary that owns the key,
-// alternating, HOTCOUNT_BENCH_ROUNDS times (default 3) in one run, and
+// alternating, HOTCOUNT_BENCH_ROUNDS times (default 5) in one run, and
 // reports each round's ratio proxy/direct and their medians. The machine
 // is shared, so the rounds show the spread.
 //
@@ -437,7 +437,7 @@ func BenchmarkPassThrough(b *testing.B) {
 	clients := envInt("HOTCOUNT_BENCH_CLIENTS", 50)
 	requests := envInt("HOTCOUNT_BENCH_REQUESTS", 100000)
 	pipeline := envInt("HOTCOUNT_BENCH_PIPELINE", 1)
-	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 3)
+	rounds := envInt("HOTCOUNT_BENCH_ROUNDS", 5)
 	requests -= requests % pipeline
 	defer proxyProcs(b)()
 	for i := 0; i < b.N; i++ {
@@ -458,10 +458,25 @@ func BenchmarkPassThrough(b *testing.B) {
 			return res, float64((processCPU(b) - t0).Microseconds()) / float64(requests)
 		}
 		for r := 1; r <= rounds; r++ {
-			setP, setCPU := viaProxy("SET", key, "0123456789abcdef")
-			setD := redisBenchmark(b, direct, clients, requests, pipeline, "SET", key, "0123456789abcdef")
-			getP, getCPU := viaProxy("GET", key)
-			getD := redisBenchmark(b, direct, clients, requests, pipeline, "GET", key)
+			// SET first in odd rounds, GET first in even ones, so that
+			// neither always follows the other.
+			var setP, setD, getP, getD benchResult
+			var setCPU, getCPU float64
+			sets := func() {
+				setP, setCPU = viaProxy("SET", key, "0123456789abcdef")
+				setD = redisBenchmark(b, direct, clients, requests, pipeline, "SET", key, "0123456789abcdef")
+			}
+			gets := func() {
+				getP, getCPU = viaProxy("GET", key)
+				getD = redisBenchmark(b, direct, clients, requests, pipeline, "GET", key)
+			}
+			if r%2 == 1 {
+				sets()
+				gets()
+			} else {
+				gets()
+				sets()
+			}
 			setR = append(setR, setP.rps/setD.rps)
 			getR = append(getR, getP.rps/getD.rps)
 			cpuR = append(cpuR, (setCPU+getCPU)/2)
