@@ -118,6 +118,23 @@ func migrateSlot(t testing.TB, slot uint16, src, dst string, all []string) {
 	waitOwner(t, slot, dst, all)
 }
 
+// shortTimeoutStore starts a standalone node and a Store on it with a
+// Timeout of 100ms, both stopped at the end of the test.
+func shortTimeoutStore(ctx context.Context, t testing.TB) (*testenv.Node, *Store) {
+	t.Helper()
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	s, err := New(ctx, Config{Addrs: []string{n.Addr}, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return n, s
+}
+
 func ctxT(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/keyspace"
@@ -16,16 +15,7 @@ import (
 // later is applied exactly once.
 func TestUnavailable(t *testing.T) {
 	ctx := ctxT(t)
-	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	s, err := New(ctx, Config{Addrs: []string{n.Addr}, Timeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	n, s := shortTimeoutStore(ctx, t)
 	if _, err := s.IncrMulti(ctx, []store.IncrOp{{Key: keyspace.SubKey("u", "0"), Delta: 0, TokenKey: keyspace.AuxKey("u", "0", "flush", "warm")}}); err != nil {
 		t.Fatal(err) // loads the script
 	}
@@ -81,16 +71,7 @@ func TestUnavailable(t *testing.T) {
 // with store.ErrUnavailable.
 func TestUnavailableDeadServer(t *testing.T) {
 	ctx := ctxT(t)
-	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	s, err := New(ctx, Config{Addrs: []string{n.Addr}, Timeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	n, s := shortTimeoutStore(ctx, t)
 	key := keyspace.SubKey("u", "0")
 	op := store.IncrOp{Key: key, Delta: 7, TokenKey: keyspace.AuxKey("u", "0", "flush", "t1")}
 	if _, err := s.IncrMulti(ctx, []store.IncrOp{op}); err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -76,16 +75,7 @@ func TestWatchdogLate(t *testing.T) {
 // ends; the store works again afterwards.
 func TestIncrByTimeoutQueued(t *testing.T) {
 	ctx := ctxT(t)
-	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	s, err := New(ctx, Config{Addrs: []string{n.Addr}, Timeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	n, s := shortTimeoutStore(ctx, t)
 	key := keyspace.SubKey("queued", "0")
 	if _, err := s.IncrBy(context.Background(), key, 1); err != nil {
 		t.Fatal(err)
