@@ -127,43 +127,7 @@ func TestDurableKilledWriter(t *testing.T) {
 		t.Run(ds.name, func(t *testing.T) {
 			ctx := context.Background()
 			loc := ds.loc(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestDurableKilledWriter$")
-			cmd.Env = append(os.Environ(), durChildEnv+"="+ds.name+":"+loc)
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			acked := map[string]bool{}
-			maxAcked := make([]int, durChildWorkers) // highest acked i per worker
-			for w := range maxAcked {
-				maxAcked[w] = -1
-			}
-			sc := bufio.NewScanner(out)
-			killed := false
-			for sc.Scan() {
-				line := sc.Text()
-				id, ok := strings.CutPrefix(line, "ack ")
-				var w, i int
-				if _, err := fmt.Sscanf(id, "w%d-%d", &w, &i); !ok || err != nil || w >= durChildWorkers {
-					continue // a line cut short by the kill
-				}
-				acked[id] = true
-				maxAcked[w] = max(maxAcked[w], i)
-				if len(acked) == killAfter && !killed {
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						t.Fatal(err)
-					}
-					killed = true
-				}
-			}
-			err = cmd.Wait()
-			if !killed {
-				t.Fatalf("child ended before the kill after %d acks: %v", len(acked), err)
-			}
+			acked, maxAcked, _ := killChild(t, "^TestDurableKilledWriter$", []string{durChildEnv + "=" + ds.name + ":" + loc}, killAfter)
 			t.Logf("child killed after %d acknowledged increments (%d read before EOF)", killAfter, len(acked))
 
 			be := ds.open(t, loc)
@@ -235,4 +199,51 @@ func TestDurableKilledWriter(t *testing.T) {
 				ackedSum, exact, exact-ackedSum, got.Value)
 		})
 	}
+}
+
+// killChild runs this test binary as a durable writer child (run selects
+// what it runs, env adds to its environment), reads the ids it
+// acknowledges ("ack w<worker>-<i>" lines) and SIGKILLs it once killAfter
+// were acknowledged. It returns the ids read (some after the kill, before
+// EOF), the highest acknowledged i per worker (-1: none) and the time of
+// the kill.
+func killChild(t *testing.T, run string, env []string, killAfter int) (acked map[string]bool, maxAcked []int, killedAt time.Time) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked = map[string]bool{}
+	maxAcked = make([]int, durChildWorkers)
+	for w := range maxAcked {
+		maxAcked[w] = -1
+	}
+	sc := bufio.NewScanner(out)
+	killed := false
+	for sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "ack ")
+		var w, i int
+		if _, err := fmt.Sscanf(id, "w%d-%d", &w, &i); !ok || err != nil || w >= durChildWorkers {
+			continue // a line cut short by the kill
+		}
+		acked[id] = true
+		maxAcked[w] = max(maxAcked[w], i)
+		if len(acked) == killAfter && !killed {
+			killedAt = time.Now()
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	if err := cmd.Wait(); !killed {
+		t.Fatalf("child ended before the kill after %d acks: %v", len(acked), err)
+	}
+	return acked, maxAcked, killedAt
 }

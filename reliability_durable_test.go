@@ -3,14 +3,9 @@
 package hotcount_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -107,17 +102,26 @@ func durFaultClient(t *testing.T, addrs []string, schema string, onRestore func(
 	})
 }
 
+// faultCluster starts a cluster of 3 primaries (each with replicas
+// replicas) for a fault test, stopped after the test's Clients close
+// (cleanups run last first), and a context that bounds the test.
+func faultCluster(t *testing.T, replicas int) (context.Context, *testenv.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3, Replicas: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Stop() })
+	return ctx, cl
+}
+
 // TestReliabilityDurablePrimaryKilled kills a primary of a 3+3 cluster
 // under durable load. The log loses nothing; the view loses what the dead
 // primary had not replicated, and heals.
 func TestReliabilityDurablePrimaryKilled(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3, Replicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
+	ctx, cl := faultCluster(t, 1)
 	c := durFaultClient(t, cl.Seeds(), testenv.PostgresSchema(t), nil)
 	keys := keysFor(t, 8)
 	l := startLoad(c, keys, 8, 20, time.Millisecond)
@@ -175,13 +179,7 @@ func TestReliabilityDurablePrimaryKilled(t *testing.T) {
 // finds its sentinel gone and starts a sweep, which repairs the views of
 // the durable counters that lived there.
 func TestReliabilityDurableNodeEmpty(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
+	ctx, cl := faultCluster(t, 0)
 	restored := make(chan hotcount.Restore, 8)
 	c := durFaultClient(t, cl.Seeds(), testenv.PostgresSchema(t), func(r hotcount.Restore) { restored <- r })
 	keys := keysFor(t, 8)
@@ -243,43 +241,7 @@ func TestReliabilityDurableServerKilled(t *testing.T) {
 // been in flight.
 func durKillChild(t *testing.T, spec, key string) (ok, unknown int64, killedAt time.Time) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), durChildEnv+"="+spec, durChildRedisEnv+"="+strings.Join(cluster.Seeds(), ","), durChildKeyEnv+"="+key)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	acked := map[string]bool{}
-	maxAcked := make([]int, durChildWorkers)
-	for w := range maxAcked {
-		maxAcked[w] = -1
-	}
-	sc := bufio.NewScanner(out)
-	killed := false
-	for sc.Scan() {
-		id, found := strings.CutPrefix(sc.Text(), "ack ")
-		var w, i int
-		if _, err := fmt.Sscanf(id, "w%d-%d", &w, &i); !found || err != nil || w >= durChildWorkers {
-			continue
-		}
-		acked[id] = true
-		maxAcked[w] = max(maxAcked[w], i)
-		if len(acked) == 2000 && !killed {
-			killedAt = time.Now()
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			killed = true
-		}
-	}
-	werr := cmd.Wait()
-	if !killed {
-		t.Fatalf("child ended before the kill after %d acks: %v", len(acked), werr)
-	}
+	acked, maxAcked, killedAt := killChild(t, "^$", []string{durChildEnv + "=" + spec, durChildRedisEnv + "=" + strings.Join(cluster.Seeds(), ","), durChildKeyEnv + "=" + key}, 2000)
 	for w, last := range maxAcked {
 		for i := 0; i <= last+1; i++ { // a worker sends i+1 only after i was acknowledged
 			if acked[durChildID(w, i)] {

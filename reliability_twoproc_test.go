@@ -91,13 +91,7 @@ func twoProcChild(spec string) int {
 // written), and every durable counter's view heals to its exact value and
 // stays there (no second repair).
 func TestTwoProcessesNodeEmpty(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Stop() }) // after the Clients close (cleanups run last first)
+	ctx, cl := faultCluster(t, 0)
 	schema := testenv.PostgresSchema(t)
 	ds := durStores()[1]
 	restoredA := make(chan int64, 16)

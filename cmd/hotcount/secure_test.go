@@ -101,6 +101,26 @@ func counterRoundTrip(t *testing.T, hc *http.Client, base, key string) {
 	}
 }
 
+// secureNode starts a redis-server that asks for a password ("node-pass"),
+// has an ACL user (hc, "user-pass") and serves TLS with a CA made for the
+// test, and writes the password to a file; both go at the end of the
+// test, and the context bounds it.
+func secureNode(t *testing.T) (context.Context, *testenv.SecureNode, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	n, err := testenv.StartSecureNode(ctx, testenv.SecureOptions{Password: "node-pass", User: "hc", UserPassword: "user-pass", TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	passFile := filepath.Join(t.TempDir(), "redis-pass")
+	if err := os.WriteFile(passFile, []byte("node-pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, n, passFile
+}
+
 // TestServeRedisAuthAndTLS runs serve against a real redis-server that
 // asks for a password, has an ACL user and serves TLS with a CA made for
 // the test: each way in works and stores the counter in that Redis; a
@@ -108,16 +128,7 @@ func counterRoundTrip(t *testing.T, hc *http.Client, base, key string) {
 // message.
 func TestServeRedisAuthAndTLS(t *testing.T) {
 	clearServeEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	n, err := testenv.StartSecureNode(ctx, testenv.SecureOptions{Password: "node-pass", User: "hc", UserPassword: "user-pass", TLS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	dir := t.TempDir()
-	passFile := filepath.Join(dir, "redis-pass")
-	os.WriteFile(passFile, []byte("node-pass\n"), 0o600)
+	ctx, n, passFile := secureNode(t)
 
 	for _, tc := range loginCases(n, passFile, "auth:") {
 		t.Run(tc.name, func(t *testing.T) {
@@ -313,17 +324,8 @@ func inProcessProxy(t *testing.T, args ...string) (string, string, func() (int, 
 // password and TLS without the CA fail at start with a message.
 func TestProxyRedisAuthAndTLS(t *testing.T) {
 	clearServeEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	n, err := testenv.StartSecureNode(ctx, testenv.SecureOptions{Password: "node-pass", User: "hc", UserPassword: "user-pass", TLS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	dir := t.TempDir()
-	passFile := filepath.Join(dir, "redis-pass")
-	os.WriteFile(passFile, []byte("node-pass\n"), 0o600)
-	conf := filepath.Join(dir, "proxy.yaml")
+	ctx, n, passFile := secureNode(t)
+	conf := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(conf, []byte("namespaces: [{prefix: \"px:\", n: 4}]\n"), 0o644)
 
 	for _, tc := range loginCases(n, passFile, "") {
