@@ -1,7 +1,10 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,11 +55,16 @@ func FuzzCommands(f *testing.F) {
 		}
 		f.Cleanup(func() { _ = cl.Stop() })
 	}
-	e := startProxyOn(f, cl, []hotcount.Namespace{{Prefix: "fz:", Buffered: true}}, proxy.Config{MaxCommandSize: 64 << 10, Timeout: 2 * time.Second})
+	// The proxy logs each panic with its stack; the log is shown with the
+	// input that caused it.
+	var log syncBuffer
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelError}))
+	e := startProxyOn(f, cl, []hotcount.Namespace{{Prefix: "fz:", Buffered: true}}, proxy.Config{MaxCommandSize: 64 << 10, Timeout: 2 * time.Second, Logger: logger})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 256<<10 {
 			return
 		}
+		panics := e.srv.Stats().Panics
 		out, err := exchange(t, e.addr, in)
 		if err != nil {
 			t.Fatalf("no end of the exchange: %v; input %q, got %q", err, in, out)
@@ -64,8 +72,27 @@ func FuzzCommands(f *testing.F) {
 		if _, err := parseReplies(out); err != nil {
 			t.Fatalf("answer is not whole RESP replies: %v; input %q, got %q", err, in, out)
 		}
-		if n := e.srv.Stats().Panics; n != 0 {
-			t.Fatalf("%d panics; input %q", n, in)
+		if n := e.srv.Stats().Panics - panics; n != 0 {
+			t.Fatalf("%d panics; input %q; log:\n%s", n, in, log.String())
 		}
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use (the proxy's
+// connections log from their own goroutines).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
