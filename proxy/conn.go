@@ -287,6 +287,7 @@ func (c *conn) write() bool {
 type group struct {
 	cmds   []rueidis.Completed
 	shapes []nullShape
+	noSlot bool // its commands have no key (see queue)
 }
 
 func (g *group) reset() {

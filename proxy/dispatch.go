@@ -210,12 +210,19 @@ func (c *conn) build(strs []string, key int) (cmd rueidis.Completed) {
 	return b.Arbitrary(strs[:key]...).Keys(strs[key]).Args(strs[key+1:]...).Build()
 }
 
-// queue adds a pass-through command to the batch's group.
+// queue adds a pass-through command to the batch's group. A command
+// without a key (key < 0: any node answers it) never shares a group with
+// commands that have one: rueidis refuses (panics on) a DoMulti that mixes
+// the two across slots, so the group is sent first.
 func (c *conn) queue(strs []string, key int, ci *cmdInfo, args [][]byte) {
 	shape := nullShape{}
 	if ci != nil && args != nil {
 		shape = shapeOf(ci.baseName(), args)
 	}
+	if noSlot := key <= 0; len(c.group.cmds) > 0 && noSlot != c.group.noSlot {
+		c.flushGroup()
+	}
+	c.group.noSlot = key <= 0
 	c.s.stats.passed.Add(1)
 	c.group.cmds = append(c.group.cmds, c.build(strs, key))
 	c.group.shapes = append(c.group.shapes, shape)
