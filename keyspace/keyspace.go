@@ -47,6 +47,14 @@ var ErrInvalidKey = errors.New("hotcount: invalid key")
 // Validate reports whether key is a legal counter key. The error wraps
 // ErrInvalidKey and names the rule that failed.
 func Validate(key string) error {
+	if validASCII(key) {
+		return nil
+	}
+	return validate(key)
+}
+
+// validate is Validate's full check.
+func validate(key string) error {
 	switch {
 	case len(key) == 0:
 		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
@@ -64,6 +72,23 @@ func Validate(key string) error {
 		}
 	}
 	return nil
+}
+
+// validASCII reports whether key is a legal counter key made of ASCII
+// alone: one pass over its bytes, where Validate's full check decodes
+// runes. It is false for every other key, legal or not, which Validate
+// then checks in full.
+func validASCII(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		// ASCII control characters are 0x00–0x1F and 0x7F.
+		if c := key[i]; c < 0x20 || c >= 0x7f || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
 }
 
 // Tag returns the hash tag content of the sub-counter with the given label:

@@ -74,6 +74,33 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidASCII: Validate's one-pass check accepts a key only when the
+// full check does, and every legal key of ASCII alone.
+func TestValidASCII(t *testing.T) {
+	for c := range 256 {
+		for _, k := range []string{string(rune(c)), "a" + string([]byte{byte(c)}) + "b", string([]byte{byte(c)})} {
+			full := validate(k) == nil
+			if fast := validASCII(k); fast && !full || !fast && full && isASCII(k) {
+				t.Errorf("validASCII(%q) = %v, full check ok=%v", k, fast, full)
+			}
+		}
+	}
+	for _, k := range []string{"", strings.Repeat("x", MaxKeyLen), strings.Repeat("x", MaxKeyLen+1)} {
+		if validASCII(k) != (validate(k) == nil) {
+			t.Errorf("validASCII of a %d-byte key disagrees with the full check", len(k))
+		}
+	}
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 func TestNaming(t *testing.T) {
 	if got := SubKey("likes:post:42", "3"); got != "{likes:post:42#3}" {
 		t.Fatalf("SubKey = %q", got)

@@ -13,6 +13,9 @@ type readCache struct {
 	mu      sync.Mutex
 	m       map[string]*cacheEntry // pointers: add updates in place, and keeps no key
 	sweepAt int
+	// size is len(m), stored under mu after every change, so that add
+	// skips the lock while nothing is cached (no counter read lately).
+	size atomic.Int64
 }
 
 type cacheEntry struct {
@@ -56,11 +59,18 @@ func (rc *readCache) put(key string, value int64, n int, at time.Time, seq *atom
 		}
 	}
 	rc.m[key] = &cacheEntry{value: value, n: n, at: at}
+	rc.size.Store(int64(len(rc.m)))
 }
 
 // add applies this process's own increment to a cached sum, so it reads its
 // own writes; an entry that would overflow is dropped instead.
 func (rc *readCache) add(key string, delta int64) {
+	if rc.size.Load() == 0 {
+		// As if add had taken the lock before the put that is storing
+		// the first entry (if any): that entry was read without delta,
+		// as it would be then.
+		return
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	e, ok := rc.m[key]
@@ -69,6 +79,7 @@ func (rc *readCache) add(key string, delta int64) {
 	}
 	if (delta > 0 && e.value > math.MaxInt64-delta) || (delta < 0 && e.value < math.MinInt64-delta) {
 		delete(rc.m, key)
+		rc.size.Store(int64(len(rc.m)))
 		return
 	}
 	e.value += delta
@@ -77,5 +88,6 @@ func (rc *readCache) add(key string, delta int64) {
 func (rc *readCache) drop(key string) {
 	rc.mu.Lock()
 	delete(rc.m, key)
+	rc.size.Store(int64(len(rc.m)))
 	rc.mu.Unlock()
 }

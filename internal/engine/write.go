@@ -83,7 +83,8 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 		}
 		w = writeSet{labels: l}
 	}
-	i := pick(e.cfg.Rand(), len(w.labels))
+	r := e.cfg.Rand()
+	i := pick(r, len(w.labels))
 	label, sub := w.labels[i], w.sub(key, i)
 	var at time.Time
 	var expired bool
@@ -119,9 +120,11 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 		}
 		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", strings.Clone(key), store.ErrOverflow, sub, int64(store.MaxValue))
 	}
-	e.obs.arrived(key, 1)
-	e.obs.wroteKey(key, 1)
-	e.obs.wroteNode(e.nodeOfSlot(w.slot(sub, i)), 1)
+	t, subSlot := e.topology(), uint16(0)
+	if t != nil {
+		subSlot = w.slot(sub, i)
+	}
+	e.obs.incremented(key, t, subSlot, len(w.labels) > 1, r)
 	e.cache.add(key, delta)
 	return nil
 }
