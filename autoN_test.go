@@ -2,12 +2,15 @@ package hotcount_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/clock"
+	"github.com/hotcount/hotcount/hotkeys"
 )
 
 // TestAutoNHeatAndCool drives one key at 100/s, then 40,000/s, then 100/s
@@ -122,5 +125,50 @@ func closed(ch chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// TestHotKeyRatesOfSampledIncrements: the hot-key sketches see a sample of
+// a sharded counter's unbuffered increments, weighted so that its rates
+// stay close to the true ones; a counter with one sub-counter is counted
+// exactly, and so is every node's write total.
+func TestHotKeyRatesOfSampledIncrements(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, mustMem(t), hotcount.Config{
+		Defaults:   hotcount.Namespace{N: 8, NoColdStart: true},
+		Namespaces: []hotcount.Namespace{{Prefix: "cold:", N: 1}},
+		Clock:      clock.NewFake(), // still: a rate is the writes of one bucket over its width
+	})
+	const hot, cold = 4000, 3
+	for range hot {
+		if err := c.Incr(ctx, "likes:hot", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range cold {
+		if err := c.Incr(ctx, "cold:1", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rates := map[string]hotcount.HotKey{}
+	for _, h := range c.HotKeys(ctx, 10) {
+		rates[h.Key] = h
+	}
+	bucket := (hotkeys.DefaultWindow / hotkeys.DefaultBuckets).Seconds()
+	// The sampled count is 8 × Binomial(4000, 1/8): its standard
+	// deviation is 4% of the mean, and 20% is five of them.
+	want := hot / bucket
+	if h := rates["likes:hot"]; math.Abs(h.Arrivals-want) > 0.2*want || math.Abs(h.Writes-want) > 0.2*want {
+		t.Errorf("sharded counter: %+v, want arrivals and writes %.0f/s ± 20%%", h, want)
+	}
+	if h := rates["cold:1"]; h.Arrivals != cold/bucket || h.Writes != cold/bucket {
+		t.Errorf("counter with one sub-counter: %+v, want arrivals and writes exactly %.0f/s", h, cold/bucket)
+	}
+	var total uint64
+	for _, n := range c.Nodes(ctx) {
+		total += n.Total
+	}
+	if total != hot+cold {
+		t.Errorf("node totals add up to %d, want %d", total, hot+cold)
 	}
 }
