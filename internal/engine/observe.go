@@ -154,9 +154,11 @@ func (o *observer) addNode(node string) *atomic.Uint64 {
 type NodeWrites struct {
 	// Node is the primary, "host:port" (or a simulated name).
 	Node string `json:"node"`
-	// Rate is writes per second over the last few seconds.
+	// Rate is writes per second over the last few seconds (the
+	// unbuffered increments of sharded counters in it are sampled: see
+	// TopKeys).
 	Rate float64 `json:"rate"`
-	// Total is the writes sent since the Client started.
+	// Total is the writes sent since the Client started (exact).
 	Total uint64 `json:"total"`
 }
 
@@ -197,6 +199,9 @@ type KeyRate struct {
 
 // TopKeys returns up to n of the counters with the most increments
 // arriving in this process, hottest first, with their cache write rates.
+// The unbuffered increments of a counter with more than one sub-counter
+// are counted from a sample, one in 8 with weight 8; a counter with one
+// sub-counter, and every buffered flush, is counted exactly.
 func (e *Engine) TopKeys(n int) []KeyRate {
 	top := e.obs.arrivals.Top(n)
 	out := make([]KeyRate, len(top))
