@@ -54,10 +54,12 @@ type lanes struct {
 	l    []lane
 }
 
-// lane is one padded counter of lanes.
+// lane is one padded counter of lanes. It takes two cache lines: cores
+// that fetch lines in aligned pairs would otherwise still pass two lanes'
+// lines between them.
 type lane struct {
 	v atomic.Int64
-	_ [cacheLine - 8]byte
+	_ [2*cacheLine - 8]byte
 }
 
 const (
