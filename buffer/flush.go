@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/hotcount/hotcount/clock"
@@ -145,7 +146,13 @@ func (b *Buffer) cut(kill bool) {
 				continue
 			}
 			if kill {
-				if x := c.v.Swap(deadMark); x != 0 {
+				x := c.v.Swap(deadMark)
+				if ls := c.lanes.Load(); ls != nil {
+					c.lanes.Store(nil)
+					x += ls.swap(deadMark)
+					b.spread.Add(-1)
+				}
+				if x != 0 {
 					b.addOp(c.key, x, c.since.Load())
 				}
 				continue
@@ -153,13 +160,29 @@ func (b *Buffer) cut(kill bool) {
 			if len(b.ops[c.key]) > 0 {
 				continue // its op must be acknowledged first
 			}
-			if c.v.CompareAndSwap(0, deadMark) {
+			ls := c.lanes.Load()
+			if ls == nil && c.v.CompareAndSwap(0, deadMark) {
 				retired++ // no delta since the previous cut
 				continue
 			}
+			if ls == nil && b.spreads(c.v.Load()) {
+				// Lanes first, then the swap: an add that does not
+				// fit them then finds v emptied by the swap.
+				ls = newLanes(runtime.GOMAXPROCS(0))
+				c.lanes.Store(ls)
+				b.spread.Add(1)
+			}
 			since := c.since.Load()
-			if x := c.v.Swap(0); x != 0 {
+			x := c.v.Swap(0)
+			if ls != nil {
+				x += ls.swap(0)
+			}
+			if x != 0 {
 				b.addOp(c.key, x, since)
+			} else {
+				// A quiet cell gives its lanes back; at the next quiet
+				// cut it retires.
+				b.unspread(c)
 			}
 			c.since.Store(now)
 		}
@@ -173,6 +196,13 @@ func (b *Buffer) cut(kill bool) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// spreads reports whether a cell that gained v since the last cut should
+// get lanes: it is hot, the process runs on more than one core, and fewer
+// than maxSpread cells have lanes.
+func (b *Buffer) spreads(v int64) bool {
+	return (v >= spreadAt || v <= -spreadAt) && runtime.GOMAXPROCS(0) > 1 && b.spread.Load() < maxSpread
 }
 
 // addOp records a new op; caller holds opsMu.

@@ -99,6 +99,9 @@ func (b *Buffer) Stats() Stats {
 			if v < deadZone {
 				continue
 			}
+			if ls := c.lanes.Load(); ls != nil {
+				v += ls.sum()
+			}
 			cells++
 			if v == 0 {
 				continue

@@ -3,6 +3,7 @@ package buffer
 import (
 	"sync"
 	"sync/atomic"
+	_ "unsafe" // for go:linkname
 
 	"github.com/hotcount/hotcount/store"
 )
@@ -36,9 +37,76 @@ type cell struct {
 	key   string
 	hash  uint64
 	since atomic.Int64 // UnixNano: creation or the last cut, whichever is later
-	_     [cacheLine - 32]byte
+	lanes atomic.Pointer[lanes]
+	_     [cacheLine - 40]byte
 	v     atomic.Int64
 	_     [cacheLine - 8]byte
+}
+
+// lanes spread a hot cell's small adds over several counters, each on its
+// own cache line, so that cores adding to one key at once do not take
+// turns owning one line. Each lane uses cell.v's encoding (a live delta or
+// the dead mark) within ±laneLimit; while a cell has lanes, its own v takes
+// only the adds that do not fit a lane, within ±(MaxDelta − laneReserve),
+// so the cell's total never passes ±MaxDelta.
+type lanes struct {
+	mask uint32
+	l    []lane
+}
+
+// lane is one padded counter of lanes. It takes two cache lines: cores
+// that fetch lines in aligned pairs would otherwise still pass two lanes'
+// lines between them.
+type lane struct {
+	v atomic.Int64
+	_ [2*cacheLine - 8]byte
+}
+
+const (
+	// laneLimit bounds one lane's delta; maxLanes lanes reserve
+	// laneReserve of the cell's ±MaxDelta.
+	laneLimit   = 1 << 44
+	maxLanes    = 64
+	laneReserve = maxLanes * laneLimit
+	// spreadAt is the cut delta magnitude from which a cell gets lanes:
+	// a key this hot is likely added to from several cores at once.
+	spreadAt = 1 << 14
+	// maxSpread bounds the cells with lanes, whose memory is
+	// 64 bytes per lane.
+	maxSpread = 1024
+)
+
+// newLanes returns lanes for procs Ps: one per P, rounded up to a power
+// of two, at most maxLanes.
+func newLanes(procs int) *lanes {
+	n := 1
+	for n < procs && n < maxLanes {
+		n *= 2
+	}
+	return &lanes{mask: uint32(n - 1), l: make([]lane, n)}
+}
+
+// sum returns the live lanes' total.
+func (ls *lanes) sum() int64 {
+	var s int64
+	for i := range ls.l {
+		if v := ls.l[i].v.Load(); v >= deadZone {
+			s += v
+		}
+	}
+	return s
+}
+
+// swap sets every lane to v and returns the sum of the live deltas it
+// replaced.
+func (ls *lanes) swap(v int64) int64 {
+	var s int64
+	for i := range ls.l {
+		if x := ls.l[i].v.Swap(v); x >= deadZone {
+			s += x
+		}
+	}
+	return s
 }
 
 // cacheLine is the cache line size assumed for padding.
@@ -137,4 +205,23 @@ func (sh *shard) rebuild(keep func(*cell) bool) {
 		nt.put(c)
 	}
 	sh.tab.Store(nt)
+}
+
+// procPin and procUnpin are the runtime's: procPin returns the id of the
+// P (the core's scheduler slot) the goroutine runs on. The runtime keeps
+// them for outside callers (go.dev/issue/67401).
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
+
+// pick returns the lane of the calling goroutine's P. The goroutine may
+// move to another P right after; any lane is correct, the P's own one is
+// merely uncontended.
+func (ls *lanes) pick() *atomic.Int64 {
+	p := procPin()
+	procUnpin()
+	return &ls.l[uint32(p)&ls.mask].v
 }
