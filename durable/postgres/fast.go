@@ -19,7 +19,7 @@ import (
 // element through its type map into buffers grown by appending (more than
 // half of the bytes the client allocated per batch). Its five statements
 // are prepared once per connection under fixed names and sent in one
-// round trip, as the other batches are.
+// round trip (a pgconn pipeline, as pgx sends the other batches).
 const (
 	oidText = 25
 	oidInt8 = 20
@@ -47,7 +47,7 @@ var (
 // the pending IDs (insertIDs) and the raise of the magnitude with the log
 // rows (raiseAndLog), then COMMIT, in one round trip. It returns the
 // server's error as the pgx pipeline would (isUnique, boundExceeded).
-func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int) error {
+func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int, mag int64) error {
 	var sds [len(fastStatements)]*pgconn.StatementDescription
 	for i, s := range fastStatements {
 		sd, err := a.conn.Conn().Prepare(ctx, s.name, s.sql)
@@ -57,9 +57,8 @@ func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int) err
 		sds[i] = sd
 	}
 	rows := b.Rows()
-	keys := b.Keys()
-	// One buffer for every array, sized from the strings it holds.
-	size := len(fastStatements) * 20
+	// One buffer for the 7 arrays, sized from the strings they hold.
+	size := 7 * 20
 	for _, i := range pending {
 		e := &b.Events[i]
 		size += len(e.Key) + len(e.ID) + 3*4 + 8
@@ -68,42 +67,55 @@ func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int) err
 		size += len(r.Key) + 4 + 3*(4+8)
 	}
 	buf := make([]byte, 0, size)
-	var p [7][]byte
+	var p [4][]byte
 	buf, p[0] = textArray(buf, len(pending), func(j int) string { return b.Events[pending[j]].Key })
 	buf, p[1] = textArray(buf, len(pending), func(j int) string { return b.Events[pending[j]].ID })
 	buf, p[2] = int8Array(buf, len(pending), func(j int) int64 { return b.Events[pending[j]].Delta })
-	now := []byte(strconv.FormatInt(b.Now, 10))
-	ids := [][]byte{p[0], p[1], p[2], now}
+	ids := [][]byte{p[0], p[1], p[2], []byte(strconv.FormatInt(b.Now, 10))}
 	buf, p[0] = textArray(buf, len(rows), func(j int) string { return rows[j].Key })
 	buf, p[1] = int8Array(buf, len(rows), func(j int) int64 { return rows[j].Delta })
 	buf, p[2] = int8Array(buf, len(rows), func(j int) int64 { return rows[j].At })
 	_, p[3] = int8Array(buf, len(rows), func(j int) int64 { return rows[j].N })
 	raise := [][]byte{p[0], p[1], p[2], p[3],
 		[]byte(strconv.Itoa(a.stripe)),
-		[]byte(strconv.FormatInt(magnitudeOf(keys), 10)),
+		[]byte(strconv.FormatInt(mag, 10)),
 		[]byte(strconv.FormatInt(sqlkit.FastBound, 10))}
 
-	batch := &pgconn.Batch{}
-	batch.ExecStatement(sds[0], nil, nil, nil)
-	batch.ExecStatement(sds[1], nil, nil, nil)
-	batch.ExecStatement(sds[2], ids, idsFormats, nil)
-	batch.ExecStatement(sds[3], raise, raiseFormats, nil)
-	batch.ExecStatement(sds[4], nil, nil, nil)
+	// The connection's pipeline encodes into the connection's own write
+	// buffer, which it keeps from one batch to the next.
 	a.open = true
-	res, err := a.conn.Conn().PgConn().ExecBatch(ctx, batch).ReadAll()
+	pl := a.conn.Conn().PgConn().StartPipeline(ctx)
+	pl.SendQueryStatement(sds[0], nil, nil, nil)
+	pl.SendQueryStatement(sds[1], nil, nil, nil)
+	pl.SendQueryStatement(sds[2], ids, idsFormats, nil)
+	pl.SendQueryStatement(sds[3], raise, raiseFormats, nil)
+	pl.SendQueryStatement(sds[4], nil, nil, nil)
+	err := pl.Sync()
+	var tag pgconn.CommandTag
+	// In a pipeline a failed statement skips the rest up to the sync, so
+	// the first error is the one to report; Close reads what is left.
+	for range len(fastStatements) {
+		if err != nil {
+			break
+		}
+		var res any
+		if res, err = pl.GetResults(); err == nil {
+			rr, ok := res.(*pgconn.ResultReader)
+			if !ok {
+				err = fmt.Errorf("%w: append: unexpected pipeline result %T", durable.ErrBackend, res)
+				break
+			}
+			tag, err = rr.Close()
+		}
+	}
+	if cerr := pl.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return err
 	}
-	if len(res) != len(fastStatements) {
-		return fmt.Errorf("%w: append: %d results for %d statements", durable.ErrBackend, len(res), len(fastStatements))
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			return r.Err
-		}
-	}
 	a.open = false
-	if tag := res[len(res)-1].CommandTag; tag.String() != "COMMIT" {
+	if tag.String() != "COMMIT" {
 		return fmt.Errorf("%w: append: transaction was rolled back (%s)", durable.ErrBackend, tag)
 	}
 	return nil

@@ -157,12 +157,13 @@ func magnitudeOf(keys []sqlkit.Key) int64 {
 func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err error) {
 	pipe := &pgx.Batch{}
 	legacy := b.Now < a.db.legacy.Load()
-	if !a.exact && (a.db.exact.Load() || magnitudeOf(b.Keys()) > sqlkit.FastDelta) {
+	mag := magnitudeOf(b.Keys())
+	if !a.exact && (a.db.exact.Load() || mag > sqlkit.FastDelta) {
 		a.exact = true
 	}
 	if !legacy && a.optimistic && !a.exact {
 		if pending := b.Pending(); len(pending) > 0 {
-			return a.retry(a.fast(ctx, b, pending))
+			return a.retry(a.fast(ctx, b, pending, mag))
 		}
 	}
 	if err := a.begin(ctx, pipe, legacy || !a.optimistic); err != nil {
