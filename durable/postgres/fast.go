@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hotcount/hotcount/durable"
@@ -42,6 +43,14 @@ var (
 	idsFormats   = []int16{1, 1, 1, 0}
 	raiseFormats = []int16{1, 1, 1, 1, 0, 0, 0}
 )
+
+// prepared reports whether the connection may hold prepared statements:
+// pgx's default mode, which caches them per connection. A URL that asks
+// for another (default_query_exec_mode, e.g. behind a pooler that does
+// not keep them) sends every batch through pgx in that mode.
+func (a *appender) prepared() bool {
+	return a.conn.Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+}
 
 // fast runs the common batch: BEGIN, the gate (gateFast), the insert of
 // the pending IDs (insertIDs) and the raise of the magnitude with the log

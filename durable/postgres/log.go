@@ -161,7 +161,7 @@ func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err er
 	if !a.exact && (a.db.exact.Load() || mag > sqlkit.FastDelta) {
 		a.exact = true
 	}
-	if !legacy && a.optimistic && !a.exact {
+	if !legacy && a.optimistic && !a.exact && a.prepared() {
 		if pending := b.Pending(); len(pending) > 0 {
 			return a.retry(a.fast(ctx, b, pending, mag))
 		}
