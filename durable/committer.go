@@ -181,7 +181,9 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	b := c.cur
 	if b == nil {
 		b = &batch{
-			events: make([]Event, 0, min(c.cfg.MaxBatch, 64)),
+			// Room for the size at which a batch is cut lately, so that
+			// a batch under load does not grow by copying.
+			events: make([]Event, 0, min(c.cfg.MaxBatch, max(64, c.target))),
 			first:  c.cfg.Clock.Now(),
 			done:   make(chan struct{}),
 		}
@@ -201,10 +203,14 @@ func (c *Committer) Append(ctx context.Context, e Event) (dup bool, err error) {
 	}
 	c.mu.Unlock()
 
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		return false, ctx.Err()
+	if done := ctx.Done(); done == nil {
+		<-b.done // a context that never ends: a plain receive is cheaper than select
+	} else {
+		select {
+		case <-b.done:
+		case <-done:
+			return false, ctx.Err()
+		}
 	}
 	if b.err != nil {
 		return false, b.err

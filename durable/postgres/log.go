@@ -157,8 +157,14 @@ func magnitudeOf(keys []sqlkit.Key) int64 {
 func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err error) {
 	pipe := &pgx.Batch{}
 	legacy := b.Now < a.db.legacy.Load()
-	if !a.exact && (a.db.exact.Load() || magnitudeOf(b.Keys()) > sqlkit.FastDelta) {
+	mag := magnitudeOf(b.Keys())
+	if !a.exact && (a.db.exact.Load() || mag > sqlkit.FastDelta) {
 		a.exact = true
+	}
+	if !legacy && a.optimistic && !a.exact && a.prepared() {
+		if pending := b.Pending(); len(pending) > 0 {
+			return a.retry(a.fast(ctx, b, pending, mag))
+		}
 	}
 	if err := a.begin(ctx, pipe, legacy || !a.optimistic); err != nil {
 		return false, err
@@ -209,22 +215,28 @@ func (a *appender) try(ctx context.Context, b *sqlkit.Batch) (again bool, err er
 			})
 		}
 	}
-	if err := a.send(ctx, pipe); err != nil {
-		if a.optimistic && isUnique(err) {
-			a.optimistic = false
-			return true, nil
-		}
-		if boundExceeded(err) {
-			a.exact = true
-			a.db.exact.Store(true)
-			return true, nil
-		}
-		return false, err
-	}
-	if !a.exact {
-		return false, nil
+	if err := a.send(ctx, pipe); err != nil || !a.exact {
+		return a.retry(err)
 	}
 	return false, a.settle(ctx, b, slow, tails)
+}
+
+// retry classifies the error of a try: an ID stored already (the
+// optimistic insert failed) or a magnitude too high for the cheap check
+// ask for another try, with ON CONFLICT or checked exactly.
+func (a *appender) retry(err error) (again bool, _ error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case a.optimistic && isUnique(err):
+		a.optimistic = false
+		return true, nil
+	case boundExceeded(err):
+		a.exact = true
+		a.db.exact.Store(true)
+		return true, nil
+	}
+	return false, err
 }
 
 // begin starts the transaction and takes the gate (gateFast, or gateExact

@@ -5,7 +5,9 @@
 // A batch of events arrives as arrays (unnest) and costs one round trip in
 // the common case: one pipeline of BEGIN, the lock of table gate, the
 // insert of its IDs, one statement that raises the store's magnitude,
-// inserts its log rows and checks the magnitude, and COMMIT. The IDs are
+// inserts its log rows and checks the magnitude, and COMMIT; its
+// statements are prepared once per connection and its arrays encoded
+// straight into one buffer in PostgreSQL's binary format. The IDs are
 // inserted optimistically, without ON CONFLICT (as cheap as COPY, where ON
 // CONFLICT costs about twice as much), sorted by (key, id), so concurrent
 // batches that share IDs wait for each other instead of deadlocking. When

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -359,5 +360,41 @@ func TestMagnitudeFallsAgain(t *testing.T) {
 	}
 	if v, err := db.Exact(ctx, "small"); err != nil || v != 3 {
 		t.Fatalf("small: %d %v", v, err)
+	}
+}
+
+// TestExecModes: a URL that asks pgx for another query mode (no cached
+// prepared statements, e.g. behind a pooler) appends, dedups and retries
+// as the default does.
+func TestExecModes(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			u := testenv.PostgresURL()
+			sep := "?"
+			if strings.Contains(u, "?") {
+				sep = "&"
+			}
+			db := openCfg(t, postgres.Config{URL: u + sep + "default_query_exec_mode=" + mode,
+				Schema: testenv.PostgresSchema(t), MaxConns: 2})
+			defer db.Close()
+			first := []durable.Event{{Key: "a", Delta: 2, ID: "1"}, {Key: "b", Delta: 3, ID: "1"}, {Key: "a", Delta: 5, ID: "2"}}
+			again := append([]durable.Event{{Key: "a", Delta: 7, ID: "3"}}, first...) // a retry: stored IDs
+			for _, events := range [][]durable.Event{first, again} {
+				res, err := db.AppendEvents(ctx, events)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range res {
+					if r.Err != nil || r.Dup != (len(events) == 4 && i > 0) {
+						t.Errorf("event %d of %v: %+v", i, events, r)
+					}
+				}
+			}
+			got, err := db.ExactMulti(ctx, []string{"a", "b"})
+			if err != nil || got["a"] != 14 || got["b"] != 3 {
+				t.Errorf("totals %v, %v; want a 14, b 3", got, err)
+			}
+		})
 	}
 }

@@ -164,7 +164,7 @@ type Key struct {
 
 // Keys returns the keys of the pending events, sorted.
 func (b *Batch) Keys() []Key {
-	var out []Key
+	out := make([]Key, 0, b.keyCount())
 	for _, i := range b.order { // sorted by key
 		e := b.Events[i]
 		if !b.open[i] {
@@ -177,6 +177,17 @@ func (b *Batch) Keys() []Key {
 		k.Abs = AddSat(k.Abs, Abs(e.Delta))
 	}
 	return out
+}
+
+// keyCount returns the number of keys of the pending events.
+func (b *Batch) keyCount() int {
+	n, last := 0, -1
+	for _, i := range b.order { // sorted by key
+		if b.open[i] && (last < 0 || b.Events[last].Key != b.Events[i].Key) {
+			n, last = n+1, i
+		}
+	}
+	return n
 }
 
 // Settle decides the pending events of key exactly, given its total before
@@ -227,7 +238,7 @@ type Row struct {
 // event with zero At counts as at Now. A key whose sum would overflow
 // int64 gets a further row.
 func (b *Batch) Rows() []Row {
-	var rows []Row
+	rows := make([]Row, 0, b.keyCount())
 	for _, i := range b.order {
 		if !b.open[i] {
 			continue
