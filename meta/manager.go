@@ -43,6 +43,7 @@ type entry struct {
 	gone    bool      // the record was dropped at at: a cache miss
 	subs    []string  // the sub-keys of m.Write, for writers
 	slots   []uint16  // their slots
+	writes  atomic.Uint32
 }
 
 // NewManager returns a Manager over backend. The Config is copied.
@@ -109,6 +110,10 @@ type WriteSet struct {
 	Slots    []uint16
 	Deadline int64 // Unix milliseconds; 0: none
 	Stale    bool  // past half its TTL: Refresh it in the background
+	// Writes is a count kept with this cached set for its callers (the
+	// Client counts the increments written with it); a new look-up
+	// starts a new count at 0.
+	Writes *atomic.Uint32
 }
 
 // CachedWrite is Cached with the counter's deadline, from one cache
@@ -120,7 +125,7 @@ func (m *Manager) CachedWrite(key string, now time.Time) (WriteSet, bool) {
 	}
 	e := v.(*entry)
 	if age := now.Sub(e.at); age >= 0 && age < m.cfg.TTL && e.stable {
-		return WriteSet{Labels: e.m.Write, Subs: e.subs, Slots: e.slots, Deadline: e.m.Deadline, Stale: age >= m.cfg.TTL/2}, true
+		return WriteSet{Labels: e.m.Write, Subs: e.subs, Slots: e.slots, Deadline: e.m.Deadline, Stale: age >= m.cfg.TTL/2, Writes: &e.writes}, true
 	}
 	return WriteSet{}, false
 }

@@ -47,28 +47,40 @@ func (o *observer) wrote(key string, node string, n int64) {
 	o.wroteNode(node, n)
 }
 
-// sampleEvery is how many unbuffered increments of a sharded counter one
-// observation in the sketches stands for (a power of two).
-const sampleEvery = 8
+// Sampling of unbuffered increments for the hot-key sketches: a sharded
+// counter's increments written with one cached write set are counted
+// exactly up to exactFirst, and after that one in sampleEvery, with
+// weight sampleEvery.
+const (
+	exactFirst  = 64
+	sampleEvery = 8 // a power of two
+)
 
 // incremented records one unbuffered increment of key, written to slot
-// of topology t (nil: unknown). r is the random value that chose the
-// sub-counter: pick uses its high bits, and its low bits sample the
-// increments of a sharded counter (sharded: more than one write label)
-// for the sketches, one in sampleEvery with weight sampleEvery. Such a
-// counter was sized for hundreds of writes per second or more, where the
-// sample's rate is close to the true one (at 1,000/s over the default 2 s
-// window its standard error is 6%), and the sketches cost one observation
-// instead of three per increment. A counter with one sub-counter, cold or
-// not, is counted exactly, so that its first writes are seen. The node's
-// total stays exact.
-func (o *observer) incremented(key string, t *store.Topology, slot uint16, sharded bool, r uint64) {
+// of topology t (nil: unknown). writes counts the increments written with
+// the counter's cached write set (nil: not cached), and r is the random
+// value that chose the sub-counter (pick uses its high bits). The node's
+// write total is always exact. The sketches see every increment of a
+// counter with one sub-counter (cold or not: its first writes must be
+// seen for it to grow), and of any counter until exactFirst increments
+// used its cached write set; after that, a sharded counter (more than one
+// sub-counter, sized for hundreds of writes per second or more) is
+// sampled by r's low bits, one in sampleEvery with weight sampleEvery:
+// the sketches then cost one observation instead of three per
+// increment, and the rates stay unbiased (at 1,000/s over the default
+// 2 s window their standard error is 6%). The count's cache line is
+// written only until it reaches exactFirst, so hot writers on several
+// cores share it read-only.
+func (o *observer) incremented(key string, t *store.Topology, slot uint16, sharded bool, writes *atomic.Uint32, r uint64) {
 	n := int64(1)
-	if sharded {
-		if r&(sampleEvery-1) != 0 {
-			o.countOwner(t, slot)
-			return
-		}
+	switch {
+	case !sharded || writes == nil:
+	case writes.Load() < exactFirst:
+		writes.Add(1)
+	case r&(sampleEvery-1) != 0:
+		o.countOwner(t, slot)
+		return
+	default:
 		n = sampleEvery
 	}
 	o.arrivals.Observe(key, n)
@@ -154,8 +166,8 @@ func (o *observer) addNode(node string) *atomic.Uint64 {
 type NodeWrites struct {
 	// Node is the primary, "host:port" (or a simulated name).
 	Node string `json:"node"`
-	// Rate is writes per second over the last few seconds (the
-	// unbuffered increments of sharded counters in it are sampled: see
+	// Rate is writes per second over the last few seconds (unbuffered
+	// increments of a hot sharded counter in it are sampled: see
 	// TopKeys).
 	Rate float64 `json:"rate"`
 	// Total is the writes sent since the Client started (exact).
@@ -199,9 +211,10 @@ type KeyRate struct {
 
 // TopKeys returns up to n of the counters with the most increments
 // arriving in this process, hottest first, with their cache write rates.
-// The unbuffered increments of a counter with more than one sub-counter
-// are counted from a sample, one in 8 with weight 8; a counter with one
-// sub-counter, and every buffered flush, is counted exactly.
+// Past its first 64 increments with one cached write set, the unbuffered
+// increments of a counter with more than one sub-counter are counted from
+// a sample, one in 8 with weight 8; a counter with one sub-counter, and
+// every buffered flush, is counted exactly.
 func (e *Engine) TopKeys(n int) []KeyRate {
 	top := e.obs.arrivals.Top(n)
 	out := make([]KeyRate, len(top))

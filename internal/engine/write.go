@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotcount/hotcount/buffer"
@@ -124,7 +125,7 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	if t != nil {
 		subSlot = w.slot(sub, i)
 	}
-	e.obs.incremented(key, t, subSlot, len(w.labels) > 1, r)
+	e.obs.incremented(key, t, subSlot, len(w.labels) > 1, w.writes, r)
 	e.cache.add(key, delta)
 	return nil
 }
@@ -135,6 +136,7 @@ type writeSet struct {
 	labels []string
 	subs   []string
 	slots  []uint16
+	writes *atomic.Uint32 // increments written with a cached set (nil: not cached)
 }
 
 func (w writeSet) sub(key string, i int) string {
@@ -165,7 +167,7 @@ func (e *Engine) cachedWriteSet(key string, now time.Time) (w writeSet, deadline
 	if c.Stale {
 		e.refresh(key)
 	}
-	return writeSet{c.Labels, c.Subs, c.Slots}, c.Deadline, true
+	return writeSet{c.Labels, c.Subs, c.Slots, c.Writes}, c.Deadline, true
 }
 
 // writeLabelsNow returns key's write labels without waiting on a cold
