@@ -129,3 +129,24 @@ func TestAddPerCallKeyAllocs(t *testing.T) {
 		t.Fatalf("Pending = %d, want 1002", got)
 	}
 }
+
+// TestSameKey compares every key of lengths 0 to 20 with itself (a
+// distinct copy) and with each copy that differs in one byte.
+func TestSameKey(t *testing.T) {
+	for n := 0; n <= 20; n++ {
+		a := strings.Repeat("k", n)
+		if !sameKey(a, strings.Clone(a)) {
+			t.Fatalf("len %d: equal keys differ", n)
+		}
+		if sameKey(a, a+"x") || sameKey(a+"x", a) {
+			t.Fatalf("len %d: keys of other lengths are equal", n)
+		}
+		for i := range n {
+			b := []byte(a)
+			b[i] = 'j'
+			if sameKey(a, string(b)) {
+				t.Fatalf("len %d: keys that differ at byte %d are equal", n, i)
+			}
+		}
+	}
+}

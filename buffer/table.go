@@ -3,7 +3,7 @@ package buffer
 import (
 	"sync"
 	"sync/atomic"
-	_ "unsafe" // for go:linkname
+	"unsafe"
 
 	"github.com/hotcount/hotcount/store"
 )
@@ -136,7 +136,7 @@ func (t *table) find(h uint64, key string) *cell {
 		if c == nil {
 			return nil
 		}
-		if c.hash == h && c.key == key {
+		if c.hash == h && sameKey(c.key, key) {
 			return c
 		}
 	}
@@ -224,4 +224,19 @@ func (ls *lanes) pick() *atomic.Int64 {
 	p := procPin()
 	procUnpin()
 	return &ls.l[uint32(p)&ls.mask].v
+}
+
+// sameKey reports whether a == b. Keys of 8 to 16 bytes (most counter
+// keys) are compared inline, as two overlapping 8-byte words, instead of
+// through the runtime's call for strings of any length.
+func sameKey(a, b string) bool {
+	n := len(a)
+	if n != len(b) {
+		return false
+	}
+	if n < 8 || n > 16 {
+		return a == b
+	}
+	pa, pb := unsafe.Pointer(unsafe.StringData(a)), unsafe.Pointer(unsafe.StringData(b))
+	return load64(pa) == load64(pb) && load64(unsafe.Add(pa, n-8)) == load64(unsafe.Add(pb, n-8))
 }
