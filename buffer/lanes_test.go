@@ -164,6 +164,15 @@ func TestLanesConcurrentExact(t *testing.T) {
 			}
 		}
 	})
+	cutter.Go(func() { // the sink reports every call; its buffer is finite
+		for {
+			select {
+			case <-sink.notify:
+			case <-stop:
+				return
+			}
+		}
+	})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -180,7 +189,9 @@ func TestLanesConcurrentExact(t *testing.T) {
 				switch {
 				case err == nil:
 					sum.Add(d)
-				case errors.Is(err, ErrOverflow) && g == 0:
+				case errors.Is(err, ErrOverflow):
+					// The big adds can bring the cell to its bound, and
+					// then a small one is refused too.
 					overflows.Add(1)
 				case errors.Is(err, ErrClosed):
 					return
@@ -200,5 +211,5 @@ func TestLanesConcurrentExact(t *testing.T) {
 	if got, want := sink.total("hot"), sum.Load(); got != want {
 		t.Fatalf("total = %d, want %d (the sum of the successful Adds)", got, want)
 	}
-	t.Logf("%d big adds refused at the bound", overflows.Load())
+	t.Logf("%d adds refused at the bound", overflows.Load())
 }
