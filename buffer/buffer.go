@@ -205,8 +205,8 @@ func (b *Buffer) Add(key string, delta int64) error {
 	return b.addMiss(c, h, key, delta)
 }
 
-// addLane adds a small delta to one of a hot cell's lanes, picked at
-// random. A dead lane (the cell was closed or lost its lanes) sends the
+// addLane adds a small delta to the lane of the P the caller runs on.
+// A dead lane (the cell was closed or lost its lanes) sends the
 // add to the locked path; a lane at its limit sends it to the cell's own
 // value.
 func (b *Buffer) addLane(c *cell, ls *lanes, delta int64) error {
@@ -322,12 +322,18 @@ func (b *Buffer) spill(c *cell) {
 
 // unspread folds c's lanes, if any, into c.v; the caller holds opsMu and
 // c's shard lock.
-func (b *Buffer) unspread(c *cell) {
-	if ls := c.lanes.Load(); ls != nil {
-		c.lanes.Store(nil)
-		c.v.Add(ls.swap(deadMark))
-		b.spread.Add(-1)
+func (b *Buffer) unspread(c *cell) { c.v.Add(b.dropLanes(c)) }
+
+// dropLanes takes c's lanes away, marking them dead, and returns what
+// they held; the caller holds opsMu and c's shard lock.
+func (b *Buffer) dropLanes(c *cell) int64 {
+	ls := c.lanes.Load()
+	if ls == nil {
+		return 0
 	}
+	c.lanes.Store(nil)
+	b.spread.Add(-1)
+	return ls.swap(deadMark)
 }
 
 // addLocked is the path for a key without a live cell: under the shard

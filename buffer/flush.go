@@ -146,13 +146,7 @@ func (b *Buffer) cut(kill bool) {
 				continue
 			}
 			if kill {
-				x := c.v.Swap(deadMark)
-				if ls := c.lanes.Load(); ls != nil {
-					c.lanes.Store(nil)
-					x += ls.swap(deadMark)
-					b.spread.Add(-1)
-				}
-				if x != 0 {
+				if x := c.v.Swap(deadMark) + b.dropLanes(c); x != 0 {
 					b.addOp(c.key, x, c.since.Load())
 				}
 				continue

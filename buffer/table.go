@@ -72,7 +72,7 @@ const (
 	// a key this hot is likely added to from several cores at once.
 	spreadAt = 1 << 14
 	// maxSpread bounds the cells with lanes, whose memory is
-	// 64 bytes per lane.
+	// 128 bytes per lane.
 	maxSpread = 1024
 )
 
