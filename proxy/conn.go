@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -47,12 +48,16 @@ type conn struct {
 		proto                 int
 	}
 	lastActive atomic.Int64 // unix ns of the last command
+	stopping   atomic.Bool  // stop was called
 
-	rbuf    []byte   // unparsed input
-	pending []byte   // input read while a command blocked, parsed next
-	argbuf  [][]byte // arguments of the batch being run (alias rbuf)
-	out     []byte   // replies not yet written
-	scratch []byte   // message serialization (appendMessage)
+	raw     syscall.RawConn // the socket's descriptor (serveRaw), or nil
+	done    bool            // serveRaw: the connection ends
+	recheck bool            // serveRaw: the read deadline is set (rawRecheck)
+	rbuf    []byte          // unparsed input
+	pending []byte          // input read while a command blocked, parsed next
+	argbuf  [][]byte        // arguments of the batch being run (alias rbuf)
+	out     []byte          // replies not yet written
+	scratch []byte          // message serialization (appendMessage)
 	keybuf  []int
 	group   group // pass-through commands of the batch not yet sent
 
@@ -76,6 +81,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		proto:   2,
 		authed:  s.cfg.Password == "",
 		rbuf:    make([]byte, 0, readChunk),
+		raw:     rawConn(nc),
 	}
 	c.tx.slot = -1
 	c.meta.proto = 2
@@ -85,7 +91,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // stop makes the connection end after the batch it is running: its read
 // returns at once.
-func (c *conn) stop() { _ = c.nc.SetReadDeadline(time.Unix(1, 0)) }
+func (c *conn) stop() {
+	c.stopping.Store(true)
+	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+}
 
 // serve runs the connection until the client leaves, sends QUIT, breaks
 // the protocol or the server shuts down.
@@ -95,6 +104,10 @@ func (c *conn) serve() {
 		c.tx.release(c)
 		_ = c.nc.Close()
 	}()
+	if c.raw != nil {
+		c.serveRaw(c.raw)
+		return
+	}
 	for {
 		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 {
 			c.growBuffer()
@@ -353,12 +366,19 @@ func upstreamError(err error) string {
 
 // watchClient runs f with a context that ends when the client hangs up,
 // for commands that may block for long (BLPOP, XREAD BLOCK): the
-// connection's goroutine is busy in f, so a second one reads meanwhile.
-// What it reads (the client may pipeline more) is kept in c.pending and
-// parsed after the current batch.
+// connection's goroutine is busy in f, so a second one reads meanwhile,
+// from a duplicate of the socket when the first holds its read side
+// (watchConn). What it reads (the client may pipeline more) is kept in
+// c.pending and parsed after the current batch.
 func (c *conn) watchClient(f func(ctx context.Context)) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
+	wc, release, ok := c.watchConn()
+	if !ok {
+		f(ctx) // not watched: ends with the command or the server
+		return
+	}
+	defer release()
 	var (
 		wg         sync.WaitGroup
 		stop, gone atomic.Bool
@@ -369,7 +389,7 @@ func (c *conn) watchClient(f func(ctx context.Context)) {
 		defer wg.Done()
 		buf := make([]byte, 4096)
 		for {
-			n, err := c.nc.Read(buf)
+			n, err := wc.Read(buf)
 			if n > 0 {
 				if len(extra)+n > c.s.cfg.MaxCommandSize {
 					gone.Store(true)
@@ -389,13 +409,15 @@ func (c *conn) watchClient(f func(ctx context.Context)) {
 	}()
 	f(ctx)
 	stop.Store(true)
-	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	_ = wc.SetReadDeadline(time.Unix(1, 0))
 	wg.Wait()
-	c.s.mu.Lock()
-	if !c.s.closing {
-		_ = c.nc.SetReadDeadline(time.Time{})
+	if wc == c.nc {
+		c.s.mu.Lock()
+		if !c.s.closing {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		c.s.mu.Unlock()
 	}
-	c.s.mu.Unlock()
 	if gone.Load() {
 		c.quit = true
 	}

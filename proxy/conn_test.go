@@ -294,3 +294,62 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("/readyz while draining: %d %s", code, body)
 	}
 }
+
+// TestInputInPieces: a client that writes while its replies are still
+// coming (commands cut at every kind of point, a pipeline larger than the
+// read buffer, writes that arrive while the proxy runs the commands before
+// them) gets every reply, in order. A connection that waited for more
+// input with some already in its socket would hang here (the read
+// deadline ends the test).
+func TestInputInPieces(t *testing.T) {
+	p := uniq(t)
+	e := startProxy(t, nil, proxy.Config{})
+	r := dialRaw(t, e.addr)
+	r.nc.SetDeadline(time.Now().Add(60 * time.Second)) // a hang check
+	const n = 3000
+	val := strings.Repeat("v", 100)
+	var in []byte
+	for i := 0; i < n; i++ {
+		key := "{" + p + "}" + itoa(i/2%7) // a GET reads the SET before it
+		if i%2 == 0 {
+			in = append(in, encode("SET", key, val+itoa(i))...)
+		} else {
+			in = append(in, encode("GET", key)...)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// Cut points cycle through sizes from 1 byte to past the read
+		// buffer (16 KiB at first), with a pause now and then so that a write finds
+		// the proxy busy with the commands before it.
+		sizes := []int{1, 2, 3, 5, 7, 13, 100, 1000, 70000}
+		for i, off := 0, 0; off < len(in); i++ {
+			end := min(off+sizes[i%len(sizes)], len(in))
+			if _, err := r.nc.Write(in[off:end]); err != nil {
+				errc <- err
+				return
+			}
+			off = end
+			if i%5 == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		errc <- nil
+	}()
+	for i := 0; i < n; i++ {
+		got, err := readRaw(r.br)
+		if err != nil {
+			t.Fatalf("reply %d of %d: %v", i, n, err)
+		}
+		want := "+OK\r\n"
+		if i%2 == 1 {
+			want = "$" + itoa(len(val)+len(itoa(i-1))) + "\r\n" + val + itoa(i-1) + "\r\n"
+		}
+		if got != want {
+			t.Fatalf("reply %d = %q, want %q", i, got, want)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -67,7 +67,11 @@
 // Each client connection has one goroutine. It reads into a buffer, splits
 // it into commands with redcon's parser (redcon.ReadNextCommand, RESP and
 // inline commands), runs every complete command in order and writes all
-// their replies in one write (pipelining). The proxy does not use redcon's
+// their replies in one write (pipelining). On a TCP or Unix socket it
+// reads the descriptor itself (syscall.RawConn) and, after a read that
+// left the socket empty, waits for the runtime's poller instead of reading
+// again: one read system call per request where net.Conn.Read takes two
+// (the second finds nothing). The proxy does not use redcon's
 // server loop, so that it can bound what a connection holds: an unfinished
 // command larger than MaxCommandSize, an inline line longer than
 // MaxInlineSize, or more than MaxMultiBulk announced arguments get
@@ -116,7 +120,8 @@
 // transaction answers CROSSSLOT and EXEC then answers EXECABORT. Blocking
 // commands (BLPOP, BLMOVE, XREAD BLOCK, ...) run on rueidis's blocking
 // pool for as long as they ask; while one blocks, a second goroutine reads
-// the client, so that a client hanging up (or Shutdown) ends the wait.
+// the client (from a duplicate of its socket's descriptor), so that a
+// client hanging up (or Shutdown) ends the wait.
 //
 // The proxy looks like a standalone Redis: PING, ECHO, HELLO, AUTH,
 // SELECT 0, CLIENT ID/GETNAME/SETNAME/INFO/LIST/SETINFO, INFO, ROLE, QUIT

@@ -269,11 +269,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
+		// Closed outside s.mu: Close waits until a connection's goroutine
+		// leaves its socket (serveRaw holds the read side while it runs
+		// a batch), and a batch may need s.mu (CLIENT LIST, INFO).
 		s.mu.Lock()
+		open := make([]*conn, 0, len(s.conns))
 		for c := range s.conns {
-			_ = c.nc.Close()
+			open = append(open, c)
 		}
 		s.mu.Unlock()
+		for _, c := range open {
+			_ = c.nc.Close()
+		}
 		<-done
 	}
 	s.closeOnce.Do(func() {
