@@ -71,7 +71,8 @@
 // reads the descriptor itself (syscall.RawConn) and, after a read that
 // left the socket empty, waits for the runtime's poller instead of reading
 // again: one read system call per request where net.Conn.Read takes two
-// (the second finds nothing). The proxy does not use redcon's
+// (the second finds nothing); an end of input that came with the last
+// data is read at most 100 ms later. The proxy does not use redcon's
 // server loop, so that it can bound what a connection holds: an unfinished
 // command larger than MaxCommandSize, an inline line longer than
 // MaxInlineSize, or more than MaxMultiBulk announced arguments get
