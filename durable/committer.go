@@ -18,6 +18,7 @@ const (
 	DefaultMaxBatch      = 2048
 	DefaultMaxDelay      = 2 * time.Millisecond
 	DefaultCommitTimeout = 10 * time.Second
+	DefaultMinShare      = 128
 )
 
 // CommitterConfig configures a Committer. The zero value is the documented
@@ -37,7 +38,15 @@ type CommitterConfig struct {
 	// (accepted, not yet committed) divided by MaxInFlight. Under a steady
 	// closed-loop load of N callers that keeps MaxInFlight batches of about
 	// N/MaxInFlight in flight, so one commits while the next is written.
+	// A share is never below MinShare events (or all the callers, when
+	// fewer): a light load is not split into small batches whose fixed cost
+	// outweighs what their overlap gains.
 	FixedDelay bool
+	// MinShare is the least share of the callers at which a partial batch
+	// is cut early (default DefaultMinShare; see FixedDelay). Under a
+	// closed-loop load of N callers, about min(MaxInFlight, N/MinShare)
+	// batches are in flight.
+	MinShare int
 	// MaxInFlight is how many batches may be committing at once. The
 	// default is the Appender's AppendConcurrency when it implements
 	// Concurrent (PostgreSQL: overlapping commits share WAL flushes), else
@@ -58,7 +67,7 @@ type Concurrent interface {
 }
 
 func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
-	if c.MaxBatch < 0 || c.MaxDelay < 0 || c.CommitTimeout < 0 || c.MaxInFlight < 0 {
+	if c.MaxBatch < 0 || c.MaxDelay < 0 || c.CommitTimeout < 0 || c.MaxInFlight < 0 || c.MinShare < 0 {
 		return c, fmt.Errorf("%w: negative committer setting %+v", ErrInvalidConfig, c)
 	}
 	if c.MaxBatch == 0 {
@@ -69,6 +78,9 @@ func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 	}
 	if c.CommitTimeout == 0 {
 		c.CommitTimeout = DefaultCommitTimeout
+	}
+	if c.MinShare == 0 {
+		c.MinShare = DefaultMinShare
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 1
@@ -106,7 +118,8 @@ type Committer struct {
 
 	// outstanding counts events accepted and not yet committed; peak is
 	// its recent maximum, halving every peakHalfLife (as of peakAt); target
-	// is the size at which a partial batch is cut, peak/MaxInFlight.
+	// is the size at which a partial batch is cut, peak/MaxInFlight but at
+	// least min(peak, MinShare).
 	outstanding int
 	peak        float64
 	peakAt      time.Time
@@ -314,7 +327,9 @@ func (c *Committer) updateTarget(now time.Time) {
 		c.peakAt = now
 	}
 	c.peak = max(c.peak, float64(c.outstanding))
-	c.target = max(1, int(math.Ceil(c.peak/float64(c.cfg.MaxInFlight))))
+	peak := int(math.Ceil(c.peak))
+	share := int(math.Ceil(c.peak / float64(c.cfg.MaxInFlight)))
+	c.target = max(1, share, min(peak, c.cfg.MinShare))
 }
 
 // commit writes one batch, releases its waiters and frees its slot.

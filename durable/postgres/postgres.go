@@ -82,6 +82,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"regexp"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -193,10 +194,14 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 }
 
 // AppendConcurrency implements durable.Concurrent: a Committer overlaps up
-// to 4 batch commits (fewer on a smaller pool), which PostgreSQL flushes to
-// the WAL together.
+// to 4 batch commits, which PostgreSQL flushes to the WAL together; no more
+// than GOMAXPROCS (at least 2) nor half the pool. Each batch in flight
+// keeps a backend busy, and batches beyond the cores there are to run them
+// are smaller (more per-batch work) and contend for the same locks: on 2
+// cores running both the callers and PostgreSQL, 2 batches in flight used
+// 15-20% less PostgreSQL CPU per increment than 4 and committed more.
 func (db *DB) AppendConcurrency() int {
-	return int(min(4, max(1, db.pool.Config().MaxConns/2)))
+	return int(min(4, max(1, db.pool.Config().MaxConns/2), int32(max(2, runtime.GOMAXPROCS(0)))))
 }
 
 // StoreID implements durable.Backend.
