@@ -359,7 +359,8 @@ type Backend interface {
 
 // Appender is what a Committer writes batches to (a Log).
 type Appender interface {
-	// AppendEvents is Log.AppendEvents.
+	// AppendEvents is Log.AppendEvents. It must not keep events after it
+	// returns: the Committer reuses the slice for a later batch.
 	AppendEvents(ctx context.Context, events []Event) ([]Result, error)
 }
 

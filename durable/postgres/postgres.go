@@ -83,6 +83,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,6 +136,9 @@ type DB struct {
 	stripe *sqlkit.Stripe
 	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
 	exact  atomic.Bool  // the store's magnitude is too high for the cheap check
+	// bufs holds *[]byte buffers for the arrays of the common batch (see
+	// fast); they hold nothing once the batch is sent.
+	bufs sync.Pool
 }
 
 var (
@@ -184,6 +188,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		locks:  int32(h.Sum32()),
 		stripe: sqlkit.NewStripe(rand.Uint32()),
 	}
+	db.bufs.New = func() any { return new([]byte) }
 	db.common = sqlkit.NewCommon(sqlkit.CommonConfig{Read: conn{pool}, Write: conn{pool}, Dialect: dialect, Keep: keep,
 		Now: db.clock.Now, Wrap: wrap, ExactMulti: db.ExactMulti})
 	if err := db.migrate(ctx); err != nil {
