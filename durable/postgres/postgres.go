@@ -204,7 +204,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 // keeps a backend busy, and batches beyond the cores there are to run them
 // are smaller (more per-batch work) and contend for the same locks: on 2
 // cores running both the callers and PostgreSQL, 2 batches in flight used
-// 15-20% less PostgreSQL CPU per increment than 4 and committed more.
+// about 20% less PostgreSQL CPU per increment than 4 and committed more.
 func (db *DB) AppendConcurrency() int {
 	return int(min(4, max(1, db.pool.Config().MaxConns/2), int32(max(2, runtime.GOMAXPROCS(0)))))
 }
