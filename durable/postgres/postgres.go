@@ -202,7 +202,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 // to 4 batch commits, which PostgreSQL flushes to the WAL together; no more
 // than GOMAXPROCS (at least 2) nor half the pool. Each batch in flight
 // keeps a backend busy, and batches beyond the cores there are to run them
-// are smaller (more per-batch work) and contend for the same locks: on 2
+// are smaller (more per-batch work) and contend for the cores: on 2
 // cores running both the callers and PostgreSQL, 2 batches in flight used
 // about 20% less PostgreSQL CPU per increment than 4 and committed more.
 func (db *DB) AppendConcurrency() int {
