@@ -229,7 +229,7 @@ func TestCommitterContextCanceled(t *testing.T) {
 }
 
 func TestCommitterConfigErrors(t *testing.T) {
-	for _, cfg := range []durable.CommitterConfig{{MaxBatch: -1}, {MaxDelay: -1}, {CommitTimeout: -1}} {
+	for _, cfg := range []durable.CommitterConfig{{MaxBatch: -1}, {MaxDelay: -1}, {CommitTimeout: -1}, {MinShare: -1}} {
 		if _, err := durable.NewCommitter(newMemLog(), cfg); !errors.Is(err, durable.ErrInvalidConfig) {
 			t.Errorf("NewCommitter(%+v) err = %v, want ErrInvalidConfig", cfg, err)
 		}
@@ -344,6 +344,42 @@ func TestCommitterCutsAtShareOfCallers(t *testing.T) {
 	collect(t, res, 1)
 	if got := fmt.Sprint(g.sizes()); got != "[1 4 1]" {
 		t.Fatalf("batches %s, want [1 4 1]", got)
+	}
+}
+
+// TestCommitterMinShare: a share is never below MinShare (or all the
+// callers, when fewer), so slots free for more batches in flight do not
+// split a light load into smaller batches.
+func TestCommitterMinShare(t *testing.T) {
+	clk := clock.NewFake() // the MaxDelay timer never fires
+	g := &gateLog{memLog: newMemLog(), release: make(chan struct{})}
+	c := newCommitter(t, g, durable.CommitterConfig{MaxBatch: 100, MaxDelay: time.Hour, MaxInFlight: 4, MinShare: 4, Clock: clk})
+	var released bool
+	t.Cleanup(func() { // runs before the committer's Close
+		if !released {
+			close(g.release)
+		}
+	})
+	res := appendAsync(c, context.Background(), "a", 1)
+	waitFor(t, "the first batch in flight", func() bool { return g.inFlight() == 1 })
+	// Three more arrive while it commits: four callers are outstanding, so
+	// the share is 1, but MinShare holds them until there are 4.
+	more := appendAsync(c, context.Background(), "b", 3)
+	waitFor(t, "3 events accepted", func() bool { return c.Pending()+g.inFlight()-1 == 3 })
+	runtime.Gosched()
+	if c.Pending() != 3 || g.inFlight() != 1 {
+		t.Fatalf("cut below MinShare: pending %d, calls %d", c.Pending(), g.inFlight())
+	}
+	g.release <- struct{}{}
+	collect(t, res, 1)
+	last := appendAsync(c, context.Background(), "c", 1)
+	waitFor(t, "the second batch in flight", func() bool { return g.inFlight() == 2 })
+	g.release <- struct{}{}
+	collect(t, more, 3)
+	collect(t, last, 1)
+	released = true
+	if got := fmt.Sprint(g.sizes()); got != "[1 4]" {
+		t.Fatalf("batches %s, want [1 4]", got)
 	}
 }
 

@@ -101,17 +101,20 @@
 // A transaction per increment costs one fsync each; Committer lets many
 // goroutines share one. Append hands an event to the committer and blocks
 // until the batch that holds it has committed, and returns that event's own
-// result. Up to MaxInFlight batches commit at once (PostgreSQL: 4, whose
-// commits share WAL flushes; SQLite: 1) while the next one fills. A batch
-// is cut when it reaches MaxBatch events or MaxDelay after its first event
-// arrived, whichever is first, and (unless FixedDelay), when a commit slot
-// is free, as soon as it holds its share of the callers: the most events
-// outstanding lately divided by MaxInFlight. With synchronous callers the
-// throughput is at most callers ÷ commit latency, so under a closed loop of
-// N callers this keeps MaxInFlight batches of about N/MaxInFlight events in
-// flight: one batch is written while another waits for its fsync, and a
-// lone caller is committed at once instead of after MaxDelay. Close drains:
-// every accepted event is committed.
+// result. Up to MaxInFlight batches commit at once (PostgreSQL: up to 4,
+// whose commits share WAL flushes, but no more than GOMAXPROCS, at least 2;
+// SQLite: 1) while the next one fills. A batch is cut when it reaches
+// MaxBatch events or MaxDelay after its first event arrived, whichever is
+// first, and (unless FixedDelay), when a commit slot is free, as soon as it
+// holds its share of the callers: the most events outstanding lately
+// divided by MaxInFlight, but at least MinShare (128) or all of them when
+// fewer. With synchronous callers the throughput is at most callers ÷
+// commit latency, so under a closed loop of N callers this keeps about
+// min(MaxInFlight, max(1, N/MinShare)) batches in flight: one batch is
+// written while another waits for its fsync, a light load is not split
+// into batches whose fixed cost outweighs their overlap, and a lone caller
+// is committed at once instead of after MaxDelay. Close drains: every
+// accepted event is committed.
 //
 // Backends: durable/postgres (PostgreSQL via pgx) and durable/sqlite (a
 // SQLite file, the embedded default). durable/durabletest holds the
@@ -356,7 +359,8 @@ type Backend interface {
 
 // Appender is what a Committer writes batches to (a Log).
 type Appender interface {
-	// AppendEvents is Log.AppendEvents.
+	// AppendEvents is Log.AppendEvents. It must not keep events after it
+	// returns: the Committer reuses the slice for a later batch.
 	AppendEvents(ctx context.Context, events []Event) ([]Result, error)
 }
 

@@ -75,7 +75,12 @@ func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int, mag
 	for _, r := range rows {
 		size += len(r.Key) + 4 + 3*(4+8)
 	}
-	buf := make([]byte, 0, size)
+	bp := a.db.bufs.Get().(*[]byte)
+	defer a.db.bufs.Put(bp)
+	if cap(*bp) < size {
+		*bp = make([]byte, 0, size)
+	}
+	buf := (*bp)[:0]
 	var p [4][]byte
 	buf, p[0] = textArray(buf, len(pending), func(j int) string { return b.Events[pending[j]].Key })
 	buf, p[1] = textArray(buf, len(pending), func(j int) string { return b.Events[pending[j]].ID })
@@ -90,8 +95,8 @@ func (a *appender) fast(ctx context.Context, b *sqlkit.Batch, pending []int, mag
 		[]byte(strconv.FormatInt(mag, 10)),
 		[]byte(strconv.FormatInt(sqlkit.FastBound, 10))}
 
-	// The connection's pipeline encodes into the connection's own write
-	// buffer, which it keeps from one batch to the next.
+	// The pipeline copies the parameters into the connection's write
+	// buffer as they are sent: buf is free again when fast returns.
 	a.open = true
 	pl := a.conn.Conn().PgConn().StartPipeline(ctx)
 	pl.SendQueryStatement(sds[0], nil, nil, nil)

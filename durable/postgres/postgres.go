@@ -82,6 +82,8 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"regexp"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -134,6 +136,9 @@ type DB struct {
 	stripe *sqlkit.Stripe
 	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
 	exact  atomic.Bool  // the store's magnitude is too high for the cheap check
+	// bufs holds *[]byte buffers for the arrays of the common batch (see
+	// fast); they hold nothing once the batch is sent.
+	bufs sync.Pool
 }
 
 var (
@@ -183,6 +188,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		locks:  int32(h.Sum32()),
 		stripe: sqlkit.NewStripe(rand.Uint32()),
 	}
+	db.bufs.New = func() any { return new([]byte) }
 	db.common = sqlkit.NewCommon(sqlkit.CommonConfig{Read: conn{pool}, Write: conn{pool}, Dialect: dialect, Keep: keep,
 		Now: db.clock.Now, Wrap: wrap, ExactMulti: db.ExactMulti})
 	if err := db.migrate(ctx); err != nil {
@@ -193,10 +199,14 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 }
 
 // AppendConcurrency implements durable.Concurrent: a Committer overlaps up
-// to 4 batch commits (fewer on a smaller pool), which PostgreSQL flushes to
-// the WAL together.
+// to 4 batch commits, which PostgreSQL flushes to the WAL together; no more
+// than GOMAXPROCS (at least 2) nor half the pool. Each batch in flight
+// keeps a backend busy, and batches beyond the cores there are to run them
+// are smaller (more per-batch work) and contend for the cores: on 2
+// cores running both the callers and PostgreSQL, 2 batches in flight used
+// about 20% less PostgreSQL CPU per increment than 4 and committed more.
 func (db *DB) AppendConcurrency() int {
-	return int(min(4, max(1, db.pool.Config().MaxConns/2)))
+	return int(min(4, max(1, db.pool.Config().MaxConns/2), int32(max(2, runtime.GOMAXPROCS(0)))))
 }
 
 // StoreID implements durable.Backend.
