@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/hotcount/hotcount/internal/cgroup"
 	"github.com/hotcount/hotcount/internal/testenv"
@@ -64,9 +66,17 @@ func prepareCaps(dir string) (cgroup.Hierarchy, error) {
 	return h, nil
 }
 
+// cappedNodeTimeout is the cluster-node-timeout, in milliseconds, of a
+// capped node (Redis's default; uncapped nodes keep the 2 s of the test
+// clusters). A node whose quota a load uses up answers the cluster bus
+// late: with 2 s its peers marked it failed under `bench --rate 4x`, and
+// with no replica to take over the cluster went down (CLUSTERDOWN).
+const cappedNodeTimeout = 15000
+
 // capNodes puts every node of c under its own group with quota q and
-// records the groups in dir. On error the groups made so far stay
-// recorded, so that removeCaps (cluster down) removes them.
+// records the groups in dir, and gives each node cappedNodeTimeout. On
+// error the groups made so far stay recorded, so that removeCaps (cluster
+// down) removes them.
 func capNodes(c *testenv.Cluster, dir string, h cgroup.Hierarchy, nodeCPU string, q cgroup.Quota) error {
 	caps := &cpuCaps{NodeCPU: nodeCPU, Version: h.Version, Mount: h.Mount}
 	parent := cpuParent(dir)
@@ -85,6 +95,12 @@ func capNodes(c *testenv.Cluster, dir string, h cgroup.Hierarchy, nodeCPU string
 		}
 		if err := h.Add(group, pid); err != nil {
 			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := testenv.Do(ctx, n.Addr, "CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(cappedNodeTimeout))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("node %s: cluster-node-timeout: %w", n.Addr, err)
 		}
 	}
 	return nil

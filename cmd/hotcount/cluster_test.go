@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,11 @@ func TestClusterCPUCaps(t *testing.T) {
 	q, limited, err := h.Quota(n.Group)
 	if err != nil || !limited || q.Max != 10*time.Millisecond || q.Period != 100*time.Millisecond {
 		t.Errorf("group %s: quota %v limited %v, %v", n.Group, q, limited, err)
+	}
+	// A capped node answers the cluster bus late under load: its node
+	// timeout is long enough that its peers do not mark it failed.
+	if got, err := testenv.Do(ctx, st.Nodes[0].Addr, "CONFIG", "GET", "cluster-node-timeout"); err != nil || got != "cluster-node-timeout\n"+strconv.Itoa(cappedNodeTimeout) {
+		t.Errorf("CONFIG GET cluster-node-timeout = %q (%v), want %d", got, err, cappedNodeTimeout)
 	}
 	pid := st.Nodes[0].PID
 	if procs, err := h.Procs(n.Group); err != nil || len(procs) != 1 || procs[0] != pid {
