@@ -223,12 +223,20 @@ func TestHostileCorpus(t *testing.T) {
 				req.Header.Add(tc.header[i], tc.header[i+1])
 			}
 			resp, err := hc.Do(req)
-			if err != nil {
+			switch {
+			case err == nil:
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			case tc.intended:
 				t.Fatalf("%s: %v", tc.name, err)
+			default:
+				// Refused by closing the connection (status 0, as
+				// sendRaw counts it): a body over MaxBody gets its 413
+				// and the close, and a client still writing the rest
+				// may see the reset before it reads the answer.
+				code = 0
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			code = resp.StatusCode
 		}
 		statuses[code]++
 		ok := code >= 200 && code < 300

@@ -43,6 +43,30 @@ func TestIncrGetClear(t *testing.T) {
 	}
 }
 
+// TestIncrByJSONSafe: "by" is refused with 400 beyond ±(2^53 − 1), the
+// integers a JSON number carries exactly, whatever the counter holds. A
+// sub-counter holding -1 would take 2^53 within its bound, so before the
+// check the answer depended on which sub-counter an increment picked.
+func TestIncrByJSONSafe(t *testing.T) {
+	s, c := newTestServer(t, nil, Config{})
+	const key = "one:safe" // one sub-counter: the pick cannot differ
+	if r := call(t, s, "POST", "/v1/counters/"+key+"/incr", `{"by":-1}`); r.status != 200 {
+		t.Fatalf("incr -1: %d %s", r.status, r.raw)
+	}
+	for _, by := range []string{"9007199254740992", "-9007199254740992", "9223372036854775807"} {
+		r := call(t, s, "POST", "/v1/counters/"+key+"/incr", `{"by":`+by+`}`)
+		if r.status != 400 || r.body["error"] == nil {
+			t.Errorf("incr %s: %d %s, want 400 with an error", by, r.status, r.raw)
+		}
+	}
+	if r := call(t, s, "POST", "/v1/counters/"+key+"/incr", `{"by":9007199254740991}`); r.status != 200 {
+		t.Errorf("incr 2^53-1: %d %s", r.status, r.raw)
+	}
+	if v := value(t, c, key); v != 9007199254740990 {
+		t.Errorf("%s holds %d, want 2^53-2", key, v)
+	}
+}
+
 // TestEscapedKeys: the key is one URL-escaped segment; slashes, spaces,
 // "#", "?" and non-ASCII round-trip, and "counters:get" as a key does not
 // clash with the batch route.
@@ -83,8 +107,10 @@ func TestGetMulti(t *testing.T) {
 
 func TestOverflowIsConflict(t *testing.T) {
 	s, c := newTestServer(t, nil, Config{})
-	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))); r.status != 409 {
-		t.Fatalf("past the sub-counter bound: %d %s", r.status, r.raw)
+	// A "by" beyond ±(2^53 − 1) is bad input (TestIncrByJSONSafe); a
+	// conflict is an increment within it that the counter cannot take.
+	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(math.MaxInt64))); r.status != 400 {
+		t.Fatalf("past the bound of by: %d %s", r.status, r.raw)
 	}
 	if r := call(t, s, "POST", "/v1/counters/one:k/incr", fmt.Sprintf(`{"by": %d}`, int64(store.MaxValue))); r.status != 200 {
 		t.Fatalf("first: %d %s", r.status, r.raw)
