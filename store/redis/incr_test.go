@@ -34,18 +34,29 @@ func TestIncrByAllocs(t *testing.T) {
 			if _, err := s.IncrBy(tt.ctx, key, 1); err != nil {
 				t.Fatal(err)
 			}
+			// AllocsPerRun counts every allocation of the process while it
+			// runs, the client's own goroutines included; on a busy
+			// machine their work can fall into one measurement (1.0 per
+			// call was seen beside two CPU-bound processes, in 1 run of
+			// 20). An allocation of IncrBy itself shows in every one, so
+			// the path is allocation-free when one measurement finds 0.
 			var err error
-			allocs := testing.AllocsPerRun(200, func() {
-				if _, e := s.IncrBy(tt.ctx, key, 1); e != nil {
-					err = e
+			var seen []float64
+			for range 5 {
+				allocs := testing.AllocsPerRun(200, func() {
+					if _, e := s.IncrBy(tt.ctx, key, 1); e != nil {
+						err = e
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-			if err != nil {
-				t.Fatal(err)
+				if allocs == 0 {
+					return
+				}
+				seen = append(seen, allocs)
 			}
-			if allocs != 0 {
-				t.Fatalf("IncrBy allocates %.1f times per call, want 0", allocs)
-			}
+			t.Fatalf("IncrBy allocates %v times per call in %d measurements, want 0", seen, len(seen))
 		})
 	}
 }
