@@ -131,10 +131,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 // Incr adds delta to the counter key: to one sub-counter chosen at
 // random, to this process's buffered delta, or, in durable mode, to the
-// event log first. delta must not be zero. An increment that would take
-// its sub-counter, or this process's buffered delta, past ±store.MaxValue
-// (2^53 − 1), or a durable counter's total out of int64, returns
-// ErrOverflow and changes nothing.
+// event log first. delta must not be zero. A delta, or its sub-counter or
+// buffered delta, past ±store.MaxValue returns ErrOverflow (no change).
 func (c *Client) Incr(ctx context.Context, key string, delta int64) error {
 	if c.fast != nil && delta != 0 {
 		// The hot path: the buffer validates every key it has not seen

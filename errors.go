@@ -21,10 +21,8 @@ var (
 	ErrZeroDelta = errors.New("hotcount: delta must not be zero")
 	// ErrInvalidN: a number of sub-counters outside 1..keyspace.MaxN.
 	ErrInvalidN = errors.New("hotcount: invalid number of sub-counters")
-	// ErrOverflow: the increment would take its sub-counter (or a
-	// buffered delta) past ±store.MaxValue (2^53 − 1), or a durable
-	// counter's total or a sum out of the int64 range; nothing was
-	// changed.
+	// ErrOverflow: the delta or its sub-counter would pass ±store.MaxValue,
+	// or a durable total or a sum would leave int64; nothing was changed.
 	ErrOverflow = store.ErrOverflow
 	// ErrUnavailable: the backend could not be reached in time.
 	ErrUnavailable = store.ErrUnavailable

@@ -13,8 +13,8 @@ import (
 )
 
 // TestOverflowBound: an unbuffered increment that would take its
-// sub-counter past ±store.MaxValue answers ErrOverflow and changes
-// nothing, on both backends.
+// sub-counter past ±store.MaxValue, or whose delta alone passes it,
+// answers ErrOverflow and changes nothing, on both backends.
 func TestOverflowBound(t *testing.T) {
 	const m = store.MaxValue
 	for _, b := range allBackends() {
@@ -34,8 +34,11 @@ func TestOverflowBound(t *testing.T) {
 				{-m, nil, -m},
 				{-1, hotcount.ErrOverflow, -m},
 				{math.MinInt64, hotcount.ErrOverflow, -m},
-				{2 * m, nil, m},
-				{2*m + 1, hotcount.ErrOverflow, m},
+				// A delta past the bound is refused even where the
+				// sub-counter holds room for it.
+				{m + 1, hotcount.ErrOverflow, -m},
+				{2 * m, hotcount.ErrOverflow, -m},
+				{m, nil, 0},
 			}
 			for i, s := range steps {
 				err := c.Incr(ctx, key, s.delta)

@@ -180,7 +180,7 @@ func New(sink Sink, cfg Config) (*Buffer, error) {
 }
 
 // Add adds delta to key's local delta. It returns ErrOverflow (nothing
-// changed) if that would pass ±MaxDelta, ErrBackpressure if key is new and
+// changed) if delta or the key's delta would pass ±MaxDelta, ErrBackpressure if key is new and
 // the buffer is full, ErrClosed after Close, and an error wrapping
 // keyspace.ErrInvalidKey for an invalid new key. Adding to a key that is
 // already buffered takes no lock and does not allocate. Add keeps no
@@ -227,8 +227,13 @@ func (b *Buffer) addLane(c *cell, ls *lanes, delta int64) error {
 }
 
 // addMiss is Add for a key without a cell in the table it read, or with
-// a delta too large for the fast path.
+// a delta too large for the fast path. A delta past ±MaxDelta is refused
+// whatever the key holds, so that whether it fits does not depend on the
+// deltas buffered (or flushed) before it.
 func (b *Buffer) addMiss(c *cell, h uint64, key string, delta int64) error {
+	if delta > MaxDelta || delta < -MaxDelta {
+		return ErrOverflow
+	}
 	if c == nil {
 		return b.addLocked(&b.shards[h>>(64-shardBits)], h, key, delta)
 	}
@@ -366,9 +371,6 @@ func (b *Buffer) addLockedOnce(sh *shard, h uint64, key string, delta int64) (*c
 	}
 	if delta == 0 {
 		return nil, nil
-	}
-	if delta > MaxDelta || delta < -MaxDelta {
-		return nil, ErrOverflow
 	}
 	if b.cells.Load()+b.nops.Load() >= int64(b.cfg.MaxPendingKeys) {
 		b.stats.backpressure.Add(1)

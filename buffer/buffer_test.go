@@ -94,6 +94,7 @@ func TestAddPendingOverflow(t *testing.T) {
 		{"fast path under", []int64{-MaxDelta + 1, -5}, []error{nil, ErrOverflow}, -MaxDelta + 1},
 		{"big delta over", []int64{1, MaxDelta}, []error{nil, ErrOverflow}, 1},
 		{"big delta under", []int64{-1, -MaxDelta, math.MinInt64}, []error{nil, ErrOverflow, ErrOverflow}, -1},
+		{"big delta past bound over a negative delta", []int64{-1, MaxDelta + 1}, []error{nil, ErrOverflow}, -1},
 		{"big delta fits", []int64{MaxDelta, -MaxDelta, MaxDelta / 2}, []error{nil, nil, nil}, MaxDelta / 2},
 		{"max int64", []int64{3, math.MaxInt64}, []error{nil, ErrOverflow}, 3},
 	}

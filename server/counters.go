@@ -7,7 +7,6 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
-	"github.com/hotcount/hotcount/store"
 )
 
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
@@ -28,9 +27,6 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	if by == 0 {
 		return badRequest("by must not be 0")
 	}
-	if by > maxJSONInt || by < -maxJSONInt {
-		return badRequest("by must be within ±%d, the integers a JSON number carries exactly, got %d", int64(maxJSONInt), by)
-	}
 	if id != nil {
 		if err := validID(*id); err != nil {
 			return err
@@ -50,14 +46,6 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, incrResponse{Key: key, Accepted: true})
 	return nil
 }
-
-// maxJSONInt is the largest magnitude of "by": 2^53 − 1, the integers a
-// JSON number carries exactly (JavaScript's Number.MAX_SAFE_INTEGER) and
-// the bound of a sub-counter (store.MaxValue). A larger one is refused
-// whatever the counter holds; the Client itself accepts a delta up to
-// twice it when the sub-counter picked holds the difference, so the answer
-// would otherwise depend on the pick.
-const maxJSONInt = store.MaxValue
 
 type incrResponse struct {
 	Key      string `json:"key"`

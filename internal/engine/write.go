@@ -64,9 +64,10 @@ func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 // label (which every reader sums) and the labels are looked up in the
 // background, so a write never waits for a metadata round trip.
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
-	if delta > 2*store.MaxValue || delta < -2*store.MaxValue {
-		// No sub-counter within the bound can take it.
-		return fmt.Errorf("incr %q: %w: |delta| %d passes 2×%d", strings.Clone(key), store.ErrOverflow, delta, int64(store.MaxValue))
+	if delta > store.MaxValue || delta < -store.MaxValue {
+		// Refused whatever the sub-counter picked holds, so that the
+		// answer does not depend on the pick.
+		return fmt.Errorf("incr %q: %w: |delta| %d passes the sub-counter bound %d", strings.Clone(key), store.ErrOverflow, delta, int64(store.MaxValue))
 	}
 	now := e.cfg.Clock.Now()
 	w, dl, cached := e.cachedWriteSet(key, now)
