@@ -277,8 +277,8 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 // counter and every part of it go then (a deadline not after now removes
 // it at once). It reports whether the counter existed. A cold counter
 // expires exactly as its one cache key does; a sharded one is taken as
-// gone by every reader from the deadline on (see the README's lifecycle
-// section for how increments, clears and folds meet a deadline).
+// gone by every reader from the deadline on (see docs/concepts.md, counter lifecycle,
+// for how increments, clears and folds meet a deadline).
 func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err

@@ -171,8 +171,8 @@ type DurabilityConfig struct {
 	// HealInterval is how often the cache view of durable-mode counters
 	// is compared with the durable log and repaired; 0 means
 	// DefaultHealInterval, negative turns healing off. A view error that
-	// holds still is repaired within two intervals (see the README,
-	// durability).
+	// holds still is repaired within two intervals (see docs/concepts.md,
+	// the self-healing view).
 	HealInterval time.Duration
 	// NoStartupRepair skips the check New makes: restore fast-mode
 	// counters of cache nodes that lost their data (an empty embedded

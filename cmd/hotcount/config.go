@@ -61,7 +61,7 @@ const (
 	// twemproxy do. Its work is moving small replies between sockets;
 	// with one CPU its goroutines hand work to each other without waking
 	// threads, and rueidis collects more commands into each write to the
-	// cluster. Measured side by side (README, Performance), one CPU used
+	// cluster. Measured side by side (docs/benchmarks-log.md, proxy), one CPU used
 	// about a third less CPU per pass-through command than two, and
 	// served more commands per second. More proxies scale it out.
 	defaultRESPProcs = 1
