@@ -309,6 +309,21 @@ var migrations = []string{
 	INSERT INTO magnitude (stripe, mag) SELECT s, 0 FROM generate_series(1, 15) AS s;
 	INSERT INTO magnitude (stripe, mag) SELECT 0, coalesce(sum(abs(delta::numeric)), 0) FROM events;
 	INSERT INTO magnitude (stripe, mag) SELECT -1, coalesce(max(abs(total::numeric)), 0) FROM totals;`,
+
+	// 5: region parts (see durable.Regions): per counter and origin
+	// region, its contribution and the fence a clear set on it.
+	`CREATE TABLE region_parts (
+		key    text COLLATE "C" NOT NULL,
+		origin text COLLATE "C" NOT NULL,
+		kind   smallint NOT NULL,
+		epoch  bigint NOT NULL,
+		lease  bigint NOT NULL,
+		seq    bigint NOT NULL,
+		value  bigint NOT NULL,
+		at_ns  bigint NOT NULL,
+		PRIMARY KEY (key, origin, kind)
+	);
+	CREATE INDEX region_parts_origin ON region_parts (origin, kind, key);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -242,6 +242,21 @@ var migrations = []string{
 		at_ns INTEGER NOT NULL
 	) WITHOUT ROWID;
 	CREATE INDEX deadlines_at ON deadlines (at_ns);`,
+
+	// 4: region parts (see durable.Regions): per counter and origin
+	// region, its contribution and the fence a clear set on it.
+	`CREATE TABLE region_parts (
+		key    TEXT NOT NULL,
+		origin TEXT NOT NULL,
+		kind   INTEGER NOT NULL,
+		epoch  INTEGER NOT NULL,
+		lease  INTEGER NOT NULL,
+		seq    INTEGER NOT NULL,
+		value  INTEGER NOT NULL,
+		at_ns  INTEGER NOT NULL,
+		PRIMARY KEY (key, origin, kind)
+	) WITHOUT ROWID;
+	CREATE INDEX region_parts_origin ON region_parts (origin, kind, key);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -97,6 +97,8 @@ func (o oldStore) AddTotal(t *testing.T, key string, total int64) {
 
 func TestConformance(t *testing.T) { durabletest.Run(t, open, old) }
 
+func TestRegionParts(t *testing.T) { durabletest.RunRegions(t, open) }
+
 func TestOpenDefaultsAndVersion(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "nested", "data")

@@ -137,7 +137,7 @@ func NewRetention(dedup, tombstones time.Duration) (Retention, error) {
 }
 
 // Tables are the tables of a store, for Stats.
-var Tables = []string{"checkpoints", "totals", "events", "ids", "bounds", "meta", "clears", "deadlines"}
+var Tables = []string{"checkpoints", "totals", "events", "ids", "bounds", "meta", "clears", "deadlines", "region_parts"}
 
 // ClearKey validates the key of ClearCounter.
 func ClearKey(key string) error {
