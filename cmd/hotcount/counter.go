@@ -14,7 +14,9 @@ import (
 )
 
 // backendFlags are the flags that choose a backend for one-shot commands:
-// a running server (--server), or a backend directly.
+// a running server (--server, the default), or a Redis Cluster directly
+// (--redis). There is no in-process store here: a count written into one
+// would vanish when the command exits.
 type backendFlags struct {
 	fs        *flagSet
 	server    string
@@ -25,39 +27,71 @@ type backendFlags struct {
 	n         int
 }
 
+// DefaultServer is the server the one-shot commands talk to when neither
+// --server, --redis, $HOTCOUNT_SERVER nor $HOTCOUNT_REDIS is given: the
+// default listen address of `hotcount serve`.
+const DefaultServer = "http://127.0.0.1:7070"
+
 // The environment of the client commands.
 const (
 	envServer      = "HOTCOUNT_SERVER"       // --server
 	envClientToken = "HOTCOUNT_CLIENT_TOKEN" // --token
+	envRedis       = "HOTCOUNT_REDIS"        // --redis
 	envRedisPass   = "HOTCOUNT_REDIS_PASSWORD"
 )
 
 func (b *backendFlags) register(fs *flagSet, withN bool) {
 	b.fs = fs
-	fs.StringVar(&b.server, "server", os.Getenv(envServer), "URL of a running `hotcount serve` (instead of --redis); default $"+envServer)
+	fs.StringVar(&b.server, "server", "", "URL of a running `hotcount serve`; default $"+envServer+", else "+DefaultServer+" (unless --redis or $"+envRedis+" is given)")
 	fs.StringVar(&b.token, "token", "", "bearer token for --server; default $"+envClientToken+" (a flag shows in ps)")
 	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the bearer token for --server")
-	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated (empty: the embedded store, which lives only inside this one process)")
+	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated, to work on a cluster directly; default $"+envRedis)
 	b.sec.register(fs)
 	if withN {
 		fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters of a counter that has no metadata yet")
 	}
 }
 
-// remote returns the server client when --server (or $HOTCOUNT_SERVER)
-// was given.
+// choose settles between a server and a cluster: a flag beats the
+// environment; with neither, $HOTCOUNT_REDIS, then $HOTCOUNT_SERVER, then
+// DefaultServer. Both flags, or both variables, are a usage error.
+func (b *backendFlags) choose() (code int, ok bool) {
+	var serverFlag, redisFlag bool
+	b.fs.Visit(func(f *flag.Flag) {
+		serverFlag = serverFlag || f.Name == "server"
+		redisFlag = redisFlag || f.Name == "redis"
+	})
+	envS, envR := os.Getenv(envServer), os.Getenv(envRedis)
+	switch {
+	case serverFlag && redisFlag:
+		return b.fs.usagef("give --server or --redis, not both"), false
+	case serverFlag:
+		b.redis = ""
+	case redisFlag:
+		b.server = ""
+	case envS != "" && envR != "":
+		return b.fs.usagef("$%s and $%s are both set: give --server or --redis", envServer, envRedis), false
+	case envR != "":
+		b.redis = envR
+	case envS != "":
+		b.server = envS
+	default:
+		b.server = DefaultServer
+	}
+	if b.server != "" && b.sec.set() {
+		return b.fs.usagef("the --redis-* login and TLS flags need --redis"), false
+	}
+	return 0, true
+}
+
+// remote returns the server client when the command talks to a server
+// (see choose); r is nil when it works on a cluster directly.
 func (b *backendFlags) remote() (r *remote, code int, ok bool) {
+	if code, ok := b.choose(); !ok {
+		return nil, code, false
+	}
 	if b.server == "" {
 		return nil, 0, true
-	}
-	if b.redis != "" {
-		explicit := false
-		b.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "server" })
-		if !explicit {
-			b.server = "" // --redis beats $HOTCOUNT_SERVER
-			return nil, 0, true
-		}
-		return nil, b.fs.usagef("give --server or --redis, not both"), false
 	}
 	token := b.token
 	switch {

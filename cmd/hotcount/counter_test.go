@@ -37,13 +37,16 @@ func TestCounterCommandsUsage(t *testing.T) {
 		{"get without key", []string{"get"}, exitUsage},
 		{"get bad redis", []string{"get", "--key", "a", "--redis", "nohost"}, exitUsage},
 		{"shards rebalance through a server", []string{"shards", "--key", "a", "--server", "http://127.0.0.1:1", "--rebalance"}, exitUsage},
-		{"shards rebalance embedded", []string{"shards", "--key", "a", "--rebalance"}, exitOK},
+		{"shards rebalance through the default server", []string{"shards", "--key", "a", "--rebalance"}, exitUsage},
+		{"get --redis-tls without --redis", []string{"get", "--key", "a", "--redis-tls"}, exitUsage},
 		{"incr ok", []string{"incr", "--key", "a", "--by", "3"}, exitOK},
 		{"get ok", []string{"get", "--key", "a"}, exitOK},
 		{"help", []string{"help"}, exitOK},
 		{"incr help", []string{"incr", "--help"}, exitOK},
 		{"version", []string{"version"}, exitOK},
 	}
+	clearBackendEnv(t)
+	t.Setenv(envServer, startTestServer(t))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(tc.args...)
@@ -58,6 +61,8 @@ func TestCounterCommandsUsage(t *testing.T) {
 }
 
 func TestGetJSON(t *testing.T) {
+	clearBackendEnv(t)
+	t.Setenv(envServer, startTestServer(t))
 	code, out, stderr := runCLI("get", "--key", "likes:post:1", "--json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)

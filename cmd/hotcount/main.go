@@ -121,6 +121,8 @@ Examples:
 const helpEnvironment = `
 Environment:
   HOTCOUNT_SERVER, HOTCOUNT_CLIENT_TOKEN   --server and --token of incr, get, shards and resize
+                                           (with neither --server nor --redis: http://127.0.0.1:7070)
+  HOTCOUNT_REDIS                           --redis of incr, get, shards and resize (and serve's redis setting)
   HOTCOUNT_REDIS_PASSWORD                  the Redis password of commands that take --redis
   HOTCOUNT_<SETTING>                       a setting of serve (hotcount help serve)
 `
@@ -134,7 +136,8 @@ var commandExamples = map[string]string{
     --postgres 'postgres://hotcount@db/hotcount?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem'
   hotcount serve --log-format json --access-log
 `,
-	"incr": `  hotcount incr --server http://127.0.0.1:7070 --key likes:post:42 --by 5
+	"incr": `  hotcount incr --key likes:post:42 --by 5        to the server at $HOTCOUNT_SERVER, else http://127.0.0.1:7070
+  hotcount incr --server http://127.0.0.1:7070 --key likes:post:42 --by 5
   HOTCOUNT_SERVER=http://127.0.0.1:7070 HOTCOUNT_CLIENT_TOKEN=$TOKEN hotcount incr --key likes:post:42
   hotcount incr --redis 127.0.0.1:7100 --key likes:post:42
 `,

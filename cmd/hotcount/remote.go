@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -27,6 +29,20 @@ type remoteError struct {
 }
 
 func (e *remoteError) Error() string { return fmt.Sprintf("server answered %d: %s", e.status, e.msg) }
+
+// unreachableError is a server that no connection reaches.
+type unreachableError struct {
+	server string
+	err    error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("no hotcount server answers at %s (%v): start one with `hotcount serve`, "+
+		"point --server or $%s at a running one, or work on a Redis Cluster directly with --redis or $%s",
+		e.server, e.err, envServer, envRedis)
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
 
 // newRemote checks the URL and returns a client for it.
 func newRemote(server, token string) (*remote, error) {
@@ -60,6 +76,10 @@ func (r *remote) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := r.hc.Do(req)
 	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return &unreachableError{server: r.base, err: op.Err}
+		}
 		return err
 	}
 	defer resp.Body.Close()
