@@ -48,6 +48,9 @@ const (
 	// DefaultRebalanceCheck is how often the slot map is looked at for
 	// automatic re-placement.
 	DefaultRebalanceCheck = autoscale.DefaultRebalanceCheck
+	// DefaultAutoNBudget is the cache writes per second one sub-counter
+	// (one node) may take under automatic N (AutoNConfig.Budget).
+	DefaultAutoNBudget = hotkeys.DefaultBudget
 )
 
 // Config configures a Client. The zero value is valid: an embedded store
@@ -189,7 +192,7 @@ type AutoNConfig struct {
 	// Enabled turns it on.
 	Enabled bool
 	// Budget is the writes per second one sub-counter (one node) may
-	// take; 0 means hotkeys.DefaultBudget.
+	// take; 0 means DefaultAutoNBudget.
 	Budget float64
 	// MaxN caps automatic growth; 0 means hotkeys.DefaultMaxN.
 	MaxN int

@@ -28,6 +28,9 @@ var (
 	ErrUnavailable = store.ErrUnavailable
 	// ErrClosed: the Client was closed.
 	ErrClosed = engine.ErrClosed
+	// ErrStoreClosed: the cache or durable store was closed under a call
+	// (the Client is closing). Faces treat it like ErrClosed.
+	ErrStoreClosed = store.ErrClosed
 	// ErrConfig: the Config is invalid, or asks for something it does not
 	// provide; the message says which field.
 	ErrConfig = errors.New("hotcount: invalid config")

@@ -36,6 +36,9 @@ type (
 	// RebuildOptions limits Rebuild to some counters and asks for a dry
 	// run (see durability.RebuildOptions).
 	RebuildOptions = durability.RebuildOptions
+	// BufferStats are the gauges and counters of the buffered deltas (see
+	// buffer.Stats), Stats.Buffer.
+	BufferStats = buffer.Stats
 	// CleanupReport is the outcome of Client.Cleanup.
 	CleanupReport = durability.CleanupReport
 	// Namespace holds the settings of the counters whose keys start with
@@ -56,7 +59,7 @@ type Stats struct {
 	// Buffer sums the gauges and counters of the buffered deltas: the
 	// unflushed delta and the oldest unflushed age (the loss window),
 	// flushes, errors, retries.
-	Buffer buffer.Stats
+	Buffer BufferStats
 	// Durability counts group commits, rollups, checkpoints and restores
 	// (zero without a durable store).
 	Durability durability.Stats

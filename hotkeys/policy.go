@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // Policy defaults, used when a Policy field is zero.
@@ -23,7 +25,7 @@ const (
 	// DefaultMaxN is the largest N a grow goes to.
 	DefaultMaxN = 64
 	// LimitN is the largest MaxN a Policy may have (the label-set bound).
-	LimitN = 1024
+	LimitN = keyspace.MaxN
 )
 
 // Policy decides the number of sub-counters of a key from its write rate.

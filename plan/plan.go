@@ -63,6 +63,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // Defaults applied to zero fields of Input.
@@ -78,8 +80,6 @@ const (
 
 // Limits on Input.
 const (
-	// MaxN is the largest sub-counter count a plan accepts or derives.
-	MaxN = 1024
 	// KeyBytes is what one small integer key with a TTL costs in Redis
 	// memory beside the bytes of its name (measured with
 	// BenchmarkMemoryPerCounter: about 120 B for a 20-byte name).
@@ -88,7 +88,7 @@ const (
 	// its labels (a key and a short JSON value).
 	RecordBytes = 180
 	// MaxNodes is the largest node count: a Redis Cluster has 16384 slots.
-	MaxNodes = 16384
+	MaxNodes = keyspace.SlotCount
 )
 
 // ErrInvalidInput is wrapped by every error Compute returns; the message
@@ -304,9 +304,9 @@ func Compute(in Input) (Result, error) {
 	switch {
 	case in.N > 0:
 		res.N, res.NRule = in.N, "given"
-	case need > MaxN:
+	case need > keyspace.MaxN:
 		return Result{}, fmt.Errorf("%w: %s mode needs %d sub-counters (ceil(%g×%g/%g)), more than the limit %d; buffer writes or raise node capacity",
-			ErrInvalidInput, mode, need, writes, h, c, MaxN)
+			ErrInvalidInput, mode, need, writes, h, c, keyspace.MaxN)
 	case mode == ModeBuffered || (mode == ModeSharded && need == 1):
 		res.N, res.NRule = 1, "1: the cache write rate fits on one node"
 	case mode == ModeCombined:
@@ -400,8 +400,8 @@ func validate(in Input) error {
 		return bad("node capacity must be a number > 0, got %v", in.NodeCapacity)
 	case in.Nodes < 1 || in.Nodes > MaxNodes:
 		return bad("nodes must be 1 … %d, got %d", MaxNodes, in.Nodes)
-	case in.N < 0 || in.N > MaxN:
-		return bad("n must be 0 (derive) or 1 … %d, got %d", MaxN, in.N)
+	case in.N < 0 || in.N > keyspace.MaxN:
+		return bad("n must be 0 (derive) or 1 … %d, got %d", keyspace.MaxN, in.N)
 	case !finite(in.Headroom) || (in.Headroom != 0 && in.Headroom < 1):
 		return bad("headroom must be 0 (none) or ≥ 1, got %v", in.Headroom)
 	case in.Procs < 0:

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
@@ -127,11 +129,11 @@ func TestExpectedMaxLoad(t *testing.T) {
 		t.Errorf("ExpectedMaxLoad(20,8) = %v, Monte Carlo %v", got, mc)
 	}
 	// The largest case stays finite and within its bounds.
-	if got := ExpectedMaxLoad(MaxNodes, MaxN); math.IsNaN(got) || got < 1 || got > 6 {
-		t.Errorf("ExpectedMaxLoad(MaxNodes, MaxN) = %v", got)
+	if got := ExpectedMaxLoad(MaxNodes, keyspace.MaxN); math.IsNaN(got) || got < 1 || got > 6 {
+		t.Errorf("ExpectedMaxLoad(MaxNodes, keyspace.MaxN) = %v", got)
 	}
-	if got := ExpectedMaxLoad(10, MaxN); got < 103 || got > 140 {
-		t.Errorf("ExpectedMaxLoad(10, MaxN) = %v, want a little above 102.4", got)
+	if got := ExpectedMaxLoad(10, keyspace.MaxN); got < 103 || got > 140 {
+		t.Errorf("ExpectedMaxLoad(10, keyspace.MaxN) = %v, want a little above 102.4", got)
 	}
 }
 
@@ -304,7 +306,7 @@ func TestComputeInvalid(t *testing.T) {
 		{"no nodes", func(in *Input) { in.Nodes = 0 }, "nodes"},
 		{"too many nodes", func(in *Input) { in.Nodes = MaxNodes + 1 }, "nodes"},
 		{"negative n", func(in *Input) { in.N = -1 }, "n must"},
-		{"huge n", func(in *Input) { in.N = MaxN + 1 }, "n must"},
+		{"huge n", func(in *Input) { in.N = keyspace.MaxN + 1 }, "n must"},
 		{"headroom below 1", func(in *Input) { in.Headroom = 0.5 }, "headroom"},
 		{"negative procs", func(in *Input) { in.Procs = -3 }, "procs"},
 		{"negative flush", func(in *Input) { in.Flush = -time.Second }, "flush"},

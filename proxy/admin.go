@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount"
 )
 
 // AdminHandler returns the HTTP handler of the admin port:
@@ -57,21 +57,21 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type metric struct {
 	desc  *prometheus.Desc
 	kind  prometheus.ValueType
-	value func(s *Server, bs *buffer.Stats) float64
+	value func(s *Server, bs *hotcount.BufferStats) float64
 }
 
 func counterOf(name, help string, v func(*stats) *atomic.Int64) metric {
 	return metric{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
-		func(s *Server, _ *buffer.Stats) float64 { return float64(v(&s.stats).Load()) }}
+		func(s *Server, _ *hotcount.BufferStats) float64 { return float64(v(&s.stats).Load()) }}
 }
 
-func gaugeOf(name, help string, f func(s *Server, bs *buffer.Stats) float64) metric {
+func gaugeOf(name, help string, f func(s *Server, bs *hotcount.BufferStats) float64) metric {
 	return metric{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, f}
 }
 
 var metrics = []metric{
 	gaugeOf("hotcount_proxy_clients", "Open client connections.",
-		func(s *Server, _ *buffer.Stats) float64 { return float64(s.Clients()) }),
+		func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.Clients()) }),
 	counterOf("hotcount_proxy_connections_total", "Client connections accepted.",
 		func(st *stats) *atomic.Int64 { return &st.accepted }),
 	counterOf("hotcount_proxy_connections_rejected_total", "Client connections refused (MaxClients, shutdown).",
@@ -99,21 +99,21 @@ var metrics = []metric{
 	counterOf("hotcount_proxy_refused_total", "Commands refused as unsupported by the proxy.",
 		func(st *stats) *atomic.Int64 { return &st.refused }),
 	gaugeOf("hotcount_proxy_estimates", "Counter keys with an estimate held.",
-		func(s *Server, _ *buffer.Stats) float64 { return float64(s.est.size()) }),
+		func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.est.size()) }),
 	gaugeOf("hotcount_buffer_unflushed_delta", "Sum of this process's buffered deltas not yet acknowledged by the cache.",
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.Unflushed) }),
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.Unflushed) }),
 	gaugeOf("hotcount_buffer_unflushed_keys", "Keys holding a buffered delta.",
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.PendingKeys) }),
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.PendingKeys) }),
 	gaugeOf("hotcount_buffer_oldest_unflushed_seconds", "Age of the oldest buffered delta not yet acknowledged (the loss window of a crash).",
-		func(_ *Server, bs *buffer.Stats) float64 { return bs.OldestUnflushed.Seconds() }),
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return bs.OldestUnflushed.Seconds() }),
 	{prometheus.NewDesc("hotcount_buffer_flushes_total", "Flush rounds.", nil, nil), prometheus.CounterValue,
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.Flushes) }},
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.Flushes) }},
 	{prometheus.NewDesc("hotcount_buffer_flush_errors_total", "Flush rounds that failed in part or whole.", nil, nil), prometheus.CounterValue,
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.FlushErrors) }},
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.FlushErrors) }},
 	{prometheus.NewDesc("hotcount_buffer_writes_total", "Flushed increments the cache applied.", nil, nil), prometheus.CounterValue,
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.OpsApplied) }},
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.OpsApplied) }},
 	{prometheus.NewDesc("hotcount_buffer_backpressure_total", "Increments refused because the buffer bound was reached.", nil, nil), prometheus.CounterValue,
-		func(_ *Server, bs *buffer.Stats) float64 { return float64(bs.Backpressure) }},
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.Backpressure) }},
 }
 
 // collector exports the proxy's metrics, read at scrape time.

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/store"
 )
 
 // httpError is an error with the status to answer it with.
@@ -129,7 +128,7 @@ func classify(err error) (int, string, string) {
 		return http.StatusServiceUnavailable, classBackpressure, "backend unavailable: " + err.Error()
 	case errors.Is(err, hotcount.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, classUnavailable, "backend unavailable: " + err.Error()
-	case errors.Is(err, hotcount.ErrClosed), errors.Is(err, store.ErrClosed):
+	case errors.Is(err, hotcount.ErrClosed), errors.Is(err, hotcount.ErrStoreClosed):
 		return http.StatusServiceUnavailable, classShuttingDown, "shutting down"
 	case errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, classCancelled, "request cancelled"

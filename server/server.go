@@ -46,7 +46,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hotcount/hotcount/hotkeys"
+	"github.com/hotcount/hotcount"
 )
 
 // Defaults used when a Config field is zero.
@@ -62,7 +62,7 @@ const (
 	// DefaultNodeBudget is the cache writes per second one node may take,
 	// drawn as a line on the dashboard's absorption chart: the automatic-N
 	// default budget.
-	DefaultNodeBudget = hotkeys.DefaultBudget
+	DefaultNodeBudget = hotcount.DefaultAutoNBudget
 )
 
 // ErrConfig reports an invalid Config.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/keyspace"
-	"github.com/hotcount/hotcount/plan"
 )
 
 // Strategy is one way of writing the counters of the model.
@@ -61,7 +60,7 @@ const (
 const (
 	MaxNodes   = keyspace.SlotCount
 	MaxKeys    = 10_000_000
-	MaxN       = plan.MaxN
+	MaxN       = keyspace.MaxN
 	MaxSeconds = 86_400
 	MaxTrials  = 100_000_000
 )

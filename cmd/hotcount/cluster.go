@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/internal/cgroup"
-	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/internal/rediscluster"
 )
 
 // Timeouts of the cluster subcommands.
@@ -96,14 +96,14 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterUpTimeout)
 	defer cancel()
-	c, err := testenv.StartCluster(ctx, testenv.ClusterOptions{
+	c, err := rediscluster.StartCluster(ctx, rediscluster.ClusterOptions{
 		Primaries: *primaries,
 		Replicas:  *replicas,
 		Dir:       *dir,
 		BasePort:  *port,
 		Daemonize: true,
 	})
-	if errors.Is(err, testenv.ErrRunning) {
+	if errors.Is(err, rediscluster.ErrRunning) {
 		return failf(stderr, "cluster up: a cluster is already running in %s (stop it with: hotcount cluster down --dir %s)", *dir, *dir)
 	}
 	if err != nil {
@@ -111,7 +111,7 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *nodeCPU != "" {
 		if err := capNodes(c, absDir, hier, *nodeCPU, quota); err != nil {
-			downErr := testenv.Down(absDir)
+			downErr := rediscluster.Down(absDir)
 			_, rmErr := removeCaps(absDir)
 			return failf(stderr, "cluster up: --node-cpu %s: %v (the cluster was stopped%s)", *nodeCPU, err, cleanupNote(errors.Join(downErr, rmErr)))
 		}
@@ -144,8 +144,8 @@ func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if *dir == "" {
 		return usagef(stderr, "cluster down: --dir must not be empty")
 	}
-	err := testenv.Down(*dir)
-	noCluster := errors.Is(err, testenv.ErrNoCluster)
+	err := rediscluster.Down(*dir)
+	noCluster := errors.Is(err, rediscluster.ErrNoCluster)
 	if err != nil && !noCluster {
 		return failf(stderr, "cluster down: %v", err)
 	}
@@ -166,10 +166,10 @@ func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
-// clusterStatusJSON is cluster status --json: testenv's status with the
+// clusterStatusJSON is cluster status --json: rediscluster's status with the
 // nodes' CPU caps, when the cluster has any.
 type clusterStatusJSON struct {
-	*testenv.ClusterStatus
+	*rediscluster.ClusterStatus
 	CPU *cpuStatus `json:"cpu,omitempty"`
 }
 
@@ -185,8 +185,8 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterStatusTimeout)
 	defer cancel()
-	st, err := testenv.StatusReport(ctx, *dir)
-	if errors.Is(err, testenv.ErrNoCluster) {
+	st, err := rediscluster.StatusReport(ctx, *dir)
+	if errors.Is(err, rediscluster.ErrNoCluster) {
 		return failf(stderr, "cluster status: no cluster in %s (start one with: hotcount cluster up --dir %s)", *dir, *dir)
 	}
 	if err != nil {

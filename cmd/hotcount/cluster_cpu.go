@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/internal/cgroup"
-	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/internal/rediscluster"
 )
 
 // cpuCapsFile records, in the cluster directory, the CPU group of each
@@ -77,7 +77,7 @@ const cappedNodeTimeout = 15000
 // records the groups in dir, and gives each node cappedNodeTimeout. On
 // error the groups made so far stay recorded, so that removeCaps (cluster
 // down) removes them.
-func capNodes(c *testenv.Cluster, dir string, h cgroup.Hierarchy, nodeCPU string, q cgroup.Quota) error {
+func capNodes(c *rediscluster.Cluster, dir string, h cgroup.Hierarchy, nodeCPU string, q cgroup.Quota) error {
 	caps := &cpuCaps{NodeCPU: nodeCPU, Version: h.Version, Mount: h.Mount}
 	parent := cpuParent(dir)
 	for _, n := range c.Nodes() {
@@ -97,7 +97,7 @@ func capNodes(c *testenv.Cluster, dir string, h cgroup.Hierarchy, nodeCPU string
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := testenv.Do(ctx, n.Addr, "CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(cappedNodeTimeout))
+		_, err := rediscluster.Do(ctx, n.Addr, "CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(cappedNodeTimeout))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("node %s: cluster-node-timeout: %w", n.Addr, err)

@@ -95,7 +95,7 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var b backendFlags
 	b.register(fs, false)
 	key := fs.String("key", "", "counter key (required)")
-	n := fs.Int("n", 0, "new number of sub-counters (required, 1..1024)")
+	n := fs.Int("n", 0, fmt.Sprintf("new number of sub-counters (required, 1..%d)", keyspace.MaxN))
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, done := fs.parse(args); done {
 		return code

@@ -1,47 +1,15 @@
-// Package testenv starts real redis-server processes for tests and for the
-// `hotcount cluster` command.
+// Package testenv is the test harness: real redis-server processes and
+// Redis Clusters on free ports, the test PostgreSQL, throw-away TLS
+// certificates, and Retry for fault tests.
 //
-// A Redis Cluster is built the way redis-cli --cluster create builds one, but
-// directly, so that the layout is fixed and the start is quick:
+// The processes are started by internal/rediscluster, the production
+// package behind `hotcount cluster up/down/status`; this package builds on
+// it and re-exports its names (Cluster, StartCluster, Do, ...), so that
+// tests import one package. The dependency runs one way: production code
+// never imports testenv (internal/layout checks it).
 //
-//  1. Every node is started as its own redis-server process, cluster-enabled,
-//     bound to 127.0.0.1 on a free port whose cluster bus port (port+10000) is
-//     free too. Ports are picked at random below the kernel's ephemeral range,
-//     so that concurrently running test binaries rarely collide and a stopped
-//     node's port is not taken by an outgoing connection before it restarts;
-//     a node that loses the race for its port is retried on another one.
-//     HOTCOUNT_TEST_PORTS=lo-hi (PortsEnv; both bounds included, hi at most
-//     55535 so that bus ports stay valid) sets the range instead, e.g. to
-//     keep two suites on one machine apart or to stay inside a firewall's
-//     open range; a bad value fails every start with ErrBadPorts, saying
-//     what is wrong.
-//  2. Primary i gets config epoch i+1 and the slots
-//     [i*16384/P, (i+1)*16384/P-1]; then node 0 meets every other node and
-//     gossip spreads the membership.
-//  3. Once every node knows every other, replica j of primary i (node
-//     P+i*R+j) is told to CLUSTER REPLICATE it.
-//  4. The cluster is healthy when every running node reports cluster_state:ok
-//     with all 16384 slots assigned, all running nodes agree on which node owns
-//     which slot, every slot owner is a running node, and every running replica
-//     has its replication link up and is seen online by its primary.
-//
-// Nodes run with a 2000 ms cluster node timeout, a replica validity factor of
-// 0 and no replica migration, so that a killed primary is replaced by its own
-// replica within a few seconds. Persistence is off (save "", appendonly no);
-// data survives a Restart only through a dump file (SAVE, or the copy a
-// replica keeps from its last full sync).
-//
-// Processes started for tests are killed by the kernel when the test process
-// dies (Linux parent-death signal). Daemonized processes (for the command line)
-// run in their own session, write pidfiles, and are described by a JSON state
-// file in the cluster directory, which Down and Status read.
-//
-// Redis 7.0 or newer is needed (CLUSTER ADDSLOTSRANGE). Ports and bus
-// ports are on 127.0.0.1 only.
-//
-// Do and CommandStats speak a minimal RESP2 dialect over a fresh connection
-// per call, so that the package depends on no client library and leaves no
-// goroutines behind.
+// Main starts one cluster for a package's tests and stops it when they
+// end; a missing redis-server fails the run loudly, never skips it.
 //
 // Retry runs a fault test (or a load test whose timeouts leave outcomes
 // unknown) as up to Tries subtests: a try whose fault did not happen is
@@ -52,58 +20,99 @@
 package testenv
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
+	"context"
+
+	"github.com/hotcount/hotcount/internal/rediscluster"
 )
 
-// Named errors.
+// Types of rediscluster, under the names the tests use.
+type (
+	// Cluster is a running Redis Cluster (rediscluster.Cluster).
+	Cluster = rediscluster.Cluster
+	// ClusterOptions configures StartCluster (rediscluster.ClusterOptions).
+	ClusterOptions = rediscluster.ClusterOptions
+	// ClusterStatus is StatusReport's answer (rediscluster.ClusterStatus).
+	ClusterStatus = rediscluster.ClusterStatus
+	// NodeStatus is one node of a ClusterStatus (rediscluster.NodeStatus).
+	NodeStatus = rediscluster.NodeStatus
+	// Node is one redis-server process (rediscluster.Node).
+	Node = rediscluster.Node
+	// NodeOptions configures StartNode (rediscluster.NodeOptions).
+	NodeOptions = rediscluster.NodeOptions
+)
+
+// PortsEnv names the environment variable that sets the range of the
+// nodes' ports (rediscluster.PortsEnv).
+const PortsEnv = rediscluster.PortsEnv
+
+// Named errors of rediscluster, for errors.Is.
 var (
-	// ErrNoRedis is returned when no redis-server binary can be found.
-	ErrNoRedis = errors.New("testenv: redis-server not found (install it: apt-get install -y redis-server)")
-	// ErrInvalidOptions is returned for options out of range.
-	ErrInvalidOptions = errors.New("testenv: invalid options")
-	// ErrReply wraps an error reply from Redis (e.g. "ERR ...", "MOVED ...").
-	ErrReply = errors.New("testenv: redis error reply")
-	// ErrNil is returned by Do when Redis replies with a nil bulk or array.
-	ErrNil = errors.New("testenv: redis nil reply")
-	// ErrProtocol is returned for a reply that is not valid RESP.
-	ErrProtocol = errors.New("testenv: redis protocol error")
-	// ErrPortInUse is returned when a requested port, or its cluster bus
-	// port, is already taken.
-	ErrPortInUse = errors.New("testenv: port in use")
-	// ErrStopped is returned when a node or cluster that was stopped for good
-	// is used again.
-	ErrStopped = errors.New("testenv: stopped")
-	// ErrNotHealthy is returned when a cluster does not become healthy in time.
-	ErrNotHealthy = errors.New("testenv: cluster not healthy")
-	// ErrNoCluster is returned by Down and Status for a directory that holds
-	// no cluster state.
-	ErrNoCluster = errors.New("testenv: no cluster in directory")
-	// ErrRunning is returned by StartCluster when the directory already holds
-	// a running daemonized cluster.
-	ErrRunning = errors.New("testenv: cluster already running in directory")
-	// ErrBadPorts is returned when PortsEnv holds no valid port range.
-	ErrBadPorts = errors.New("testenv: bad port range")
+	// ErrNoRedis: no redis-server binary was found.
+	ErrNoRedis = rediscluster.ErrNoRedis
+	// ErrInvalidOptions: options out of range.
+	ErrInvalidOptions = rediscluster.ErrInvalidOptions
+	// ErrReply wraps an error reply from Redis.
+	ErrReply = rediscluster.ErrReply
+	// ErrNil: Redis replied with a nil bulk or array.
+	ErrNil = rediscluster.ErrNil
+	// ErrProtocol: a reply that is not valid RESP.
+	ErrProtocol = rediscluster.ErrProtocol
+	// ErrPortInUse: a requested port, or its bus port, is taken.
+	ErrPortInUse = rediscluster.ErrPortInUse
+	// ErrStopped: a node or cluster stopped for good was used again.
+	ErrStopped = rediscluster.ErrStopped
+	// ErrNotHealthy: a cluster did not become healthy in time.
+	ErrNotHealthy = rediscluster.ErrNotHealthy
+	// ErrNoCluster: a directory holds no cluster state.
+	ErrNoCluster = rediscluster.ErrNoCluster
+	// ErrRunning: a directory already holds a running cluster.
+	ErrRunning = rediscluster.ErrRunning
+	// ErrBadPorts: PortsEnv holds no valid port range.
+	ErrBadPorts = rediscluster.ErrBadPorts
 )
 
-// fallbackRedis is where Debian and Ubuntu install redis-server.
-const fallbackRedis = "/usr/bin/redis-server"
+// RedisServer returns the path of redis-server (rediscluster.RedisServer).
+func RedisServer() (string, error) { return rediscluster.RedisServer() }
 
-// RedisServer returns the path of redis-server: the one on PATH, else
-// /usr/bin/redis-server. The error (ErrNoRedis) says how to install it.
-func RedisServer() (string, error) {
-	return findRedis(exec.LookPath, fallbackRedis)
+// StartCluster starts a Redis Cluster and waits until it is healthy
+// (rediscluster.StartCluster).
+func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	return rediscluster.StartCluster(ctx, o)
 }
 
-// findRedis is RedisServer with the lookup and fallback injected.
-func findRedis(look func(string) (string, error), fallback string) (string, error) {
-	if p, err := look("redis-server"); err == nil {
-		return p, nil
-	}
-	if st, err := os.Stat(fallback); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-		return fallback, nil
-	}
-	return "", fmt.Errorf("%w; looked on PATH and at %s", ErrNoRedis, fallback)
+// StartNode starts one redis-server (rediscluster.StartNode).
+func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
+	return rediscluster.StartNode(ctx, o)
+}
+
+// Do runs one command on the node at addr over a fresh connection
+// (rediscluster.Do).
+func Do(ctx context.Context, addr string, args ...string) (string, error) {
+	return rediscluster.Do(ctx, addr, args...)
+}
+
+// CommandStats returns the calls per command of the node at addr
+// (rediscluster.CommandStats).
+func CommandStats(ctx context.Context, addr string) (map[string]int64, error) {
+	return rediscluster.CommandStats(ctx, addr)
+}
+
+// MigrateSlot moves slot from primary src to primary dst
+// (rediscluster.MigrateSlot).
+func MigrateSlot(ctx context.Context, slot uint16, src, dst string, primaries []string) error {
+	return rediscluster.MigrateSlot(ctx, slot, src, dst, primaries)
+}
+
+// Down stops the daemonized cluster in dir (rediscluster.Down).
+func Down(dir string) error { return rediscluster.Down(dir) }
+
+// StatusReport describes the daemonized cluster in dir
+// (rediscluster.StatusReport).
+func StatusReport(ctx context.Context, dir string) (*ClusterStatus, error) {
+	return rediscluster.StatusReport(ctx, dir)
+}
+
+// Status is StatusReport as text (rediscluster.Status).
+func Status(ctx context.Context, dir string) (string, error) {
+	return rediscluster.Status(ctx, dir)
 }

@@ -2,10 +2,13 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // retryChildEnv makes the test binary run TestRetryChild for real
@@ -76,4 +79,18 @@ func TestRetryChild(t *testing.T) {
 		t.Error("wrong data")
 		return errors.New("missed")
 	})
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(retryChildEnv) != "" { // a child of TestRetryFailsOnWrongData
+		os.Exit(m.Run())
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

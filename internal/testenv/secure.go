@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/hotcount/hotcount/internal/rediscluster"
 )
 
 // TLSFiles are PEM files of a certificate authority made for one test, a
@@ -139,7 +141,7 @@ func StartSecureNode(ctx context.Context, o SecureOptions) (*SecureNode, error) 
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		port, err := pickPort(false)
+		port, err := rediscluster.FreePort()
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -173,16 +175,11 @@ func StartSecureNode(ctx context.Context, o SecureOptions) (*SecureNode, error) 
 // Do runs one command on the plain port after AUTH with the default
 // user's password.
 func (s *SecureNode) Do(ctx context.Context, args ...string) (string, error) {
-	rs, err := exchange(ctx, s.Addr, [][]string{{"AUTH", s.password}, args})
+	rs, err := rediscluster.DoAll(ctx, s.Addr, []string{"AUTH", s.password}, args)
 	if err != nil {
 		return "", err
 	}
-	for _, r := range rs {
-		if err := r.err(); err != nil {
-			return "", err
-		}
-	}
-	return rs[1].text(), nil
+	return rs[1], nil
 }
 
 // Stop stops the node and removes its certificates.

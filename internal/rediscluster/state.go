@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"context"
@@ -40,14 +40,14 @@ func (c *Cluster) writeState() error {
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	tmp := filepath.Join(c.dir, stateFile+".tmp")
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(c.dir, stateFile)); err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	return nil
 }
@@ -59,11 +59,11 @@ func readState(dir string) (*clusterState, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoCluster, dir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, fmt.Errorf("rediscluster: %w", err)
 	}
 	var st clusterState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("testenv: %s: %w", filepath.Join(dir, stateFile), err)
+		return nil, fmt.Errorf("rediscluster: %s: %w", filepath.Join(dir, stateFile), err)
 	}
 	return &st, nil
 }
@@ -100,7 +100,7 @@ func readPid(path string) int {
 func Down(dir string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	seen := map[string]bool{}
 	var pidfiles []string
@@ -141,7 +141,7 @@ func Down(dir string) error {
 		}
 		signalProcess(pid, syscall.SIGKILL)
 		if !waitGone(pid, killTimeout) {
-			errs = append(errs, fmt.Errorf("testenv: pid %d did not exit", pid))
+			errs = append(errs, fmt.Errorf("rediscluster: pid %d did not exit", pid))
 		}
 	}
 	for _, p := range pidfiles {
@@ -196,7 +196,7 @@ type NodeStatus struct {
 func StatusReport(ctx context.Context, dir string) (*ClusterStatus, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, fmt.Errorf("rediscluster: %w", err)
 	}
 	st, err := readState(dir)
 	if err != nil {

@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"context"
@@ -18,10 +18,7 @@ import (
 var shared *Cluster
 
 func TestMain(m *testing.M) {
-	if os.Getenv(retryChildEnv) != "" { // a child of TestRetryFailsOnWrongData
-		os.Exit(m.Run())
-	}
-	code := Main(m, ClusterOptions{Replicas: 1}, &shared)
+	code := runWithCluster(m.Run)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
@@ -29,6 +26,27 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// runWithCluster starts shared, runs the tests and stops it; without
+// redis-server or a cluster the run fails, saying why.
+func runWithCluster(run func() int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := StartCluster(ctx, ClusterOptions{Replicas: 1})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rediscluster: these tests need a real Redis: %v\n", err)
+		return 1
+	}
+	shared = c
+	code := run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "rediscluster: stopping the test cluster: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // testCtx returns a context that ends after d or with the test.

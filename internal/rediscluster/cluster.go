@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"context"
@@ -80,15 +80,15 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	c := &Cluster{dir: o.Dir, primaries: o.Primaries, replicas: o.Replicas, ids: map[string]*Node{}}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "hotcount-cluster-"); err != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
+			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		c.ownDir = true
 	} else {
 		if c.dir, err = filepath.Abs(c.dir); err != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
+			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		if err := os.MkdirAll(c.dir, 0o755); err != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
+			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		if st, err := readState(c.dir); err == nil && len(st.alive()) > 0 {
 			return nil, fmt.Errorf("%w: %s", ErrRunning, c.dir)

@@ -1,7 +1,6 @@
-package testenv
+package rediscluster
 
 import (
-	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -231,20 +230,5 @@ func TestFindRedis(t *testing.T) {
 	onPath := func(string) (string, error) { return "/opt/bin/redis-server", nil }
 	if p, err := findRedis(onPath, fake); err != nil || p != "/opt/bin/redis-server" {
 		t.Errorf("findRedis on PATH = %q, %v", p, err)
-	}
-}
-
-func TestMainWithoutRedisFailsLoudly(t *testing.T) {
-	t.Parallel()
-	var stderr bytes.Buffer
-	var c *Cluster
-	ran := false
-	code := runMain(func() int { ran = true; return 0 }, ClusterOptions{}, &c, &stderr,
-		func() (string, error) { return "", ErrNoRedis })
-	if code != 1 || ran || c != nil {
-		t.Errorf("runMain without redis: code %d, ran %v, cluster %v", code, ran, c)
-	}
-	if !strings.Contains(stderr.String(), "apt-get install -y redis-server") {
-		t.Errorf("stderr %q does not say how to install redis-server", stderr.String())
 	}
 }

@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"bytes"
@@ -84,11 +84,11 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	dir, own := o.Dir, false
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "hotcount-redis-"); err != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
+			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		own = true
 	} else if dir, err = filepath.Abs(dir); err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, fmt.Errorf("rediscluster: %w", err)
 	}
 	n, err := launch(ctx, launchSpec{
 		bin: bin, port: o.Port, cluster: o.Cluster, extra: append([]string(nil), o.Args...),
@@ -132,11 +132,11 @@ func launch(ctx context.Context, s launchSpec) (*Node, error) {
 		dir := s.dirFor(port)
 		if s.fresh {
 			if err := os.RemoveAll(dir); err != nil {
-				return nil, fmt.Errorf("testenv: %w", err)
+				return nil, fmt.Errorf("rediscluster: %w", err)
 			}
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
+			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		n := &Node{
 			Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
@@ -197,7 +197,7 @@ func (n *Node) startLocked(ctx context.Context) error {
 	}
 	out, err := os.OpenFile(filepath.Join(n.Dir, outFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	cmd := exec.Command(n.bin, n.args...)
 	cmd.Dir = n.Dir
@@ -210,7 +210,7 @@ func (n *Node) startLocked(ctx context.Context) error {
 	err = cmd.Start()
 	out.Close() // the child holds its own descriptor
 	if err != nil {
-		return fmt.Errorf("testenv: start %s: %w", n.Addr, err)
+		return fmt.Errorf("rediscluster: start %s: %w", n.Addr, err)
 	}
 	n.cmd, n.pid = cmd, cmd.Process.Pid
 	if err := n.waitReady(ctx, logOff); err != nil {
@@ -241,7 +241,7 @@ func (n *Node) waitReady(ctx context.Context, logOff int64) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testenv: %s did not answer PING: %w (last: %v)", n.Addr, ctx.Err(), err)
+			return fmt.Errorf("rediscluster: %s did not answer PING: %w (last: %v)", n.Addr, ctx.Err(), err)
 		case <-t.C:
 		}
 	}
@@ -260,7 +260,7 @@ func (n *Node) startFailure(logOff int64) error {
 	if bytes.Contains(msg, []byte("Address already in use")) {
 		return fmt.Errorf("%w: redis-server on %s exited: %s", ErrPortInUse, n.Addr, tail)
 	}
-	return fmt.Errorf("testenv: redis-server on %s exited at start: %s", n.Addr, tail)
+	return fmt.Errorf("rediscluster: redis-server on %s exited at start: %s", n.Addr, tail)
 }
 
 // lastLines returns the last k non-empty lines of b, joined by " | ".
@@ -307,20 +307,20 @@ func (n *Node) signalLocked(sig syscall.Signal, wait time.Duration) error {
 	}
 	pid := n.pid
 	if err := signalProcess(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("testenv: signal %s: %w", n.Addr, err)
+		return fmt.Errorf("rediscluster: signal %s: %w", n.Addr, err)
 	}
 	if !waitGone(pid, wait) {
 		if sig != syscall.SIGKILL {
 			return n.signalLocked(syscall.SIGKILL, killTimeout)
 		}
-		return fmt.Errorf("testenv: %s (pid %d) did not exit after %v", n.Addr, pid, sig)
+		return fmt.Errorf("rediscluster: %s (pid %d) did not exit after %v", n.Addr, pid, sig)
 	}
 	if n.cmd != nil {
 		n.cmd.Wait() // reap; the exit status of a killed server is no news
 	}
 	n.cmd, n.pid = nil, 0
 	if err := os.Remove(filepath.Join(n.Dir, pidFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("testenv: %w", err)
+		return fmt.Errorf("rediscluster: %w", err)
 	}
 	return nil
 }
@@ -348,7 +348,7 @@ func (n *Node) Stop() error {
 	if n.ownDir && !n.final {
 		n.final = true
 		if rerr := os.RemoveAll(n.Dir); rerr != nil && err == nil {
-			err = fmt.Errorf("testenv: %w", rerr)
+			err = fmt.Errorf("rediscluster: %w", rerr)
 		}
 	}
 	return err
@@ -391,7 +391,7 @@ func (n *Node) restart(ctx context.Context, empty bool) error {
 			ms, _ := filepath.Glob(filepath.Join(n.Dir, pat))
 			for _, m := range ms {
 				if err := os.RemoveAll(m); err != nil {
-					return fmt.Errorf("testenv: %w", err)
+					return fmt.Errorf("rediscluster: %w", err)
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"bufio"
@@ -66,6 +66,24 @@ func Do(ctx context.Context, addr string, args ...string) (string, error) {
 	return rs[0].text(), nil
 }
 
+// DoAll runs cmds pipelined on one fresh connection to addr, e.g. AUTH and
+// then a command, and returns each reply as text (as Do does). The first
+// error reply ends it with that error.
+func DoAll(ctx context.Context, addr string, cmds ...[]string) ([]string, error) {
+	rs, err := exchange(ctx, addr, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		if err := r.err(); err != nil {
+			return nil, err
+		}
+		out[i] = r.text()
+	}
+	return out, nil
+}
+
 // exchange sends cmds pipelined on one connection and reads one reply each.
 func exchange(ctx context.Context, addr string, cmds [][]string) ([]reply, error) {
 	for _, c := range cmds {
@@ -80,11 +98,11 @@ func exchange(ctx context.Context, addr string, cmds [][]string) ([]reply, error
 	d := net.Dialer{Deadline: deadline}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %s: %w", addr, err)
+		return nil, fmt.Errorf("rediscluster: %s: %w", addr, err)
 	}
 	defer conn.Close()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("testenv: %s: %w", addr, err)
+		return nil, fmt.Errorf("rediscluster: %s: %w", addr, err)
 	}
 	// Closing the connection on cancellation unblocks the exchange.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -98,13 +116,13 @@ func exchange(ctx context.Context, addr string, cmds [][]string) ([]reply, error
 		}
 	}
 	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return nil, fmt.Errorf("testenv: %s: %w", addr, ctxErr(ctx, err))
+		return nil, fmt.Errorf("rediscluster: %s: %w", addr, ctxErr(ctx, err))
 	}
 	br := bufio.NewReader(conn)
 	out := make([]reply, len(cmds))
 	for i := range cmds {
 		if out[i], err = readReply(br, 0); err != nil {
-			return nil, fmt.Errorf("testenv: %s: %w", addr, ctxErr(ctx, err))
+			return nil, fmt.Errorf("rediscluster: %s: %w", addr, ctxErr(ctx, err))
 		}
 	}
 	return out, nil

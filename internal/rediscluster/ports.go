@@ -1,4 +1,4 @@
-package testenv
+package rediscluster
 
 import (
 	"fmt"
@@ -98,6 +98,11 @@ func portFree(port int) bool {
 	l.Close()
 	return true
 }
+
+// FreePort returns a random free port on 127.0.0.1 in the range pickPort
+// uses (PortsEnv), one this process has not handed out before, e.g. for a
+// node's TLS port.
+func FreePort() (int, error) { return pickPort(false) }
 
 // pickPort returns a random free port whose bus port (when bus is set) is
 // free too, and that this process has not handed out before.
