@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.eng, err = engine.New(engine.Config{
 		Store: c.st, Namespaces: s.table, MetaTTL: s.Meta.TTL, NaiveLabels: s.Meta.NaiveLabels,
 		Durable: durability.MetaMirror(s.Durability.Store), NoReadCache: s.Reads.NoCache, MaxBufferedKeys: s.Buffer.MaxKeys,
-		MaxPendingKeys: s.Buffer.MaxPendingKeys, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
+		MaxPendingKeys: s.Buffer.MaxPendingKeys, HotAt: s.Buffer.HotAt, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
 		Observe: s.Observe,
 	})
 	if err != nil {

@@ -148,6 +148,13 @@ type BufferConfig struct {
 	// past it Incr of a new key returns ErrBackpressure. 0 means
 	// buffer.DefaultMaxPendingKeys.
 	MaxPendingKeys int
+	// HotAt is how many increments of a key in one flush interval make
+	// it hot. A hot key's flush is exactly-once (an idempotent script);
+	// a cold key's is one plain INCRBY, which costs the cache what an
+	// unbuffered INCR does but, when its reply is lost, is dropped and
+	// counted rather than retried (see docs/buffering.md). 1 makes every
+	// key hot. 0 means buffer.DefaultHotAt.
+	HotAt int
 }
 
 // DurabilityConfig configures the durable store.
@@ -245,8 +252,8 @@ func (c Config) resolve() (settings, error) {
 	switch {
 	case c.Embedded.Nodes < 0 || c.Embedded.Nodes > 1024:
 		return bad("Embedded.Nodes must be 0..1024, got %d", c.Embedded.Nodes)
-	case c.Buffer.MaxKeys < 0 || c.Buffer.MaxPendingKeys < 0:
-		return bad("Buffer.MaxKeys and Buffer.MaxPendingKeys must not be negative")
+	case c.Buffer.MaxKeys < 0 || c.Buffer.MaxPendingKeys < 0 || c.Buffer.HotAt < 0:
+		return bad("Buffer.MaxKeys, Buffer.MaxPendingKeys and Buffer.HotAt must not be negative")
 	case c.AutoN.Budget < 0 || c.AutoN.MaxN < 0 || c.AutoN.MaxN > keyspace.MaxN:
 		return bad("AutoN.Budget must not be negative and AutoN.MaxN must be 0..%d", keyspace.MaxN)
 	case c.Defaults.Prefix != "":

@@ -36,7 +36,7 @@ func TestReliabilityFailover(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close(context.Background()) })
 		return c
 	}
-	c := open(hotcount.Config{Defaults: hotcount.Namespace{Buffered: true, FlushInterval: interval}})
+	c := open(hotcount.Config{Defaults: hotcount.Namespace{Buffered: true, FlushInterval: interval}, Buffer: hotcount.BufferConfig{HotAt: 1}})
 	plain := open(hotcount.Config{Reads: hotcount.ReadConfig{NoCache: true}})
 	l := startLoad(c, keysFor(t, 8), 4, 20, time.Millisecond)
 

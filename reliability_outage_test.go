@@ -21,7 +21,7 @@ func TestReliabilityOutage(t *testing.T) {
 	t.Parallel()
 	const outage = 5 * time.Second
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 50 * time.Millisecond}, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 50 * time.Millisecond}, Buffer: hotcount.BufferConfig{HotAt: 1}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 200), 4, 20, time.Millisecond)
 	time.Sleep(time.Second)
 	ackedBefore := l.totalAcked()
@@ -71,7 +71,7 @@ func TestReliabilityBackpressure(t *testing.T) {
 	t.Parallel()
 	const bound = 64
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2, Buffered: true, FlushInterval: 20 * time.Millisecond}, Buffer: hotcount.BufferConfig{MaxPendingKeys: bound}, Timeout: 300 * time.Millisecond})
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 2, Buffered: true, FlushInterval: 20 * time.Millisecond}, Buffer: hotcount.BufferConfig{MaxPendingKeys: bound, HotAt: 1}, Timeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	base := uniqueKey(t)
 	px.proxy.Pause(faultproxy.PauseReset)

@@ -57,7 +57,8 @@ func runFaulted(t *testing.T, fault func(p *faultproxy.Proxy, on bool)) (*proxie
 func runFaultedFor(t *testing.T, on time.Duration, fault func(p *faultproxy.Proxy, on bool)) (*proxied, *hotcount.Client) {
 	noLeak(t)
 	px := startProxied(t)
-	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Timeout: 300 * time.Millisecond})
+	// HotAt 1: every key is hot, so every flush is exactly-once.
+	c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: 20 * time.Millisecond}, Buffer: hotcount.BufferConfig{HotAt: 1}, Timeout: 300 * time.Millisecond})
 	l := startLoad(c, keysFor(t, 16), 8, 50, 200*time.Microsecond)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -280,4 +281,60 @@ func waitOK(d time.Duration, f func() error) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestReliabilityLostRepliesCold drops replies under a load of cold keys
+// (a few increments per flush interval each, below Buffer.HotAt): their
+// flushes are plain INCRBYs, and one whose reply is lost is not sent
+// again. The cache never holds more than was acknowledged, and holds at
+// least that minus the deltas counted as dropped (the loss-window row of
+// a cold flush without a reply).
+func TestReliabilityLostRepliesCold(t *testing.T) {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		noLeak(t)
+		px := startProxied(t)
+		c := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 1, Buffered: true, FlushInterval: 50 * time.Millisecond}, Timeout: 300 * time.Millisecond})
+		// 256 keys, 2 workers pausing 5 ms every 16 increments: a key
+		// gets about 1 increment per interval, on a busy machine fewer.
+		l := startLoad(c, keysFor(t, 256), 2, 16, 5*time.Millisecond)
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			toggle(stop, 150*time.Millisecond, 100*time.Millisecond, func(on bool) {
+				if on {
+					px.proxy.DropReplies(1)
+				} else {
+					px.proxy.DropReplies(0)
+				}
+			})
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		close(stop)
+		<-done
+		l.halt()
+		l.checkOther(t)
+		closeWithin(t, c, 20*time.Second)
+		got := totals(t, []string{px.node.Addr}, 1, l.keys)
+		s := c.Stats().Buffer
+		var sum int64
+		for i, k := range l.keys {
+			sum += got[k]
+			if acked := l.acked[i].Load(); got[k] > acked {
+				t.Errorf("%s: cache holds %d, only %d increments were acknowledged: a cold flush counted twice", k, got[k], acked)
+			}
+		}
+		acked := l.totalAcked()
+		t.Logf("acked %d, cache %d, cold writes %d, cold dropped %d (delta %d), tokened applied %d; proxy %+v",
+			acked, sum, s.ColdWrites, s.ColdDropped, s.ColdDroppedDelta, s.OpsApplied-s.ColdWrites+s.ColdDropped, px.proxy.Stats())
+		if sum < acked-s.ColdDroppedDelta || sum > acked {
+			t.Fatalf("cache holds %d; acknowledged %d, dropped without reply %d: want %d..%d", sum, acked, s.ColdDroppedDelta, acked-s.ColdDroppedDelta, acked)
+		}
+		if s.ColdWrites == 0 {
+			t.Fatalf("no cold flush: the load was not cold (stats %+v)", s)
+		}
+		if s.ColdDropped == 0 {
+			return fmt.Errorf("the fault did not happen: no cold flush lost its reply (stats %+v, proxy %+v)", s, px.proxy.Stats())
+		}
+		return nil
+	})
 }

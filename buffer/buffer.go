@@ -40,10 +40,26 @@
 // a delta, on Flush and on Close) first cuts: it atomically swaps each
 // cell's delta with zero and turns every non-zero delta into an op. Each op
 // gets ONE label, chosen at random from Config.Labels(key) so buffering
-// combines with sub-counters, and a random 128-bit token. Ops are sent with
-// the sink's batch call, at most Config.BatchSize per call, each call with
-// its own Config.BatchTimeout, as increments of keyspace.SubKey(key, label)
-// guarded by the token key keyspace.AuxKey(key, label, "tok", token).
+// combines with sub-counters. Ops are sent with the sink's batch call, at
+// most Config.BatchSize per call, each call with its own
+// Config.BatchTimeout, as increments of keyspace.SubKey(key, label).
+//
+// # Hot and cold keys
+//
+// Each cell also counts its Adds (on the cache line its delta is on
+// already; a cell with lanes does not count). At a cut, a key with at
+// least Config.HotAt Adds since the previous cut is hot, and stays hot
+// while it gets at least half as many; a cell with lanes is hot. A hot
+// key's op carries a random 128-bit token, guarded by the token key
+// keyspace.AuxKey(key, label, "tok", token), and is exactly-once. A cold
+// key gets about one Add per interval, so coalescing saves it nothing: its
+// op is one plain INCRBY, with no script and no extra key, as an
+// unbuffered increment would be. A cold op that failed before it was sent
+// is retried like any other; one that was sent and got no reply
+// (store.ErrNoReply) may have been applied, so it is dropped, counted in
+// Stats.ColdDropped and Stats.ColdDroppedDelta and reported, never sent
+// twice. A cold op whose sub-counter takes a deadline (Config.ExpireAt)
+// goes with a token, since a plain INCRBY cannot set it in the same step.
 //
 // A failed op keeps its label, token and delta and is retried, with a
 // backoff that starts at Interval and doubles up to Config.MaxBackoff,
@@ -198,6 +214,7 @@ func (b *Buffer) Add(key string, delta int64) error {
 		// and, as a uint64, far above 2*MaxDelta.
 		nv := c.v.Add(delta)
 		if uint64(nv+MaxDelta) <= 2*MaxDelta {
+			c.adds.Add(1) // on v's cache line, which the add owns already
 			return nil
 		}
 		return b.addFixup(c, delta, nv)
@@ -294,6 +311,7 @@ func (b *Buffer) addCAS(c *cell, delta int64) (dead bool, err error) {
 			return false, ErrOverflow
 		}
 		if c.v.CompareAndSwap(old, old+delta) {
+			c.adds.Add(1)
 			return false, nil
 		}
 	}
@@ -379,6 +397,7 @@ func (b *Buffer) addLockedOnce(sh *shard, h uint64, key string, delta int64) (*c
 	}
 	c := &cell{key: strings.Clone(key), hash: h}
 	c.v.Store(delta)
+	c.adds.Store(1)
 	c.since.Store(b.cfg.Clock.Now().UnixNano())
 	sh.insert(c)
 	b.cells.Add(1)

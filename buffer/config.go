@@ -28,6 +28,9 @@ const (
 	DefaultBatchTimeout = 2 * time.Second
 	// DefaultMaxBackoff caps the wait between retries of a failed op.
 	DefaultMaxBackoff = 30 * time.Second
+	// DefaultHotAt is the Adds per flush interval from which a key is hot
+	// (see Config.HotAt).
+	DefaultHotAt = 8
 )
 
 // ErrConfig is wrapped by every configuration error from New.
@@ -61,6 +64,14 @@ type Config struct {
 	// holds while an op's retries happen within TokenTTL of its first
 	// send. Default store.DefaultTokenTTL.
 	TokenTTL time.Duration
+	// HotAt is how many Adds in one flush interval make a key hot. A hot
+	// key's flush is exactly-once (a token in its sub-counter's slot); a
+	// cold key's is one plain INCRBY: no script, no extra key, and, when
+	// its reply is lost, dropped rather than retried (Stats.ColdDropped).
+	// A hot key turns cold after an interval with fewer than half as many
+	// Adds (HotAt/2, rounded up); a key with lanes is hot. 1 makes every
+	// key hot (every flush exactly-once). Default DefaultHotAt.
+	HotAt int
 	// MaxBackoff caps the wait before an op that failed is retried; the
 	// wait starts at Interval and doubles per failure. Default
 	// DefaultMaxBackoff.
@@ -105,6 +116,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"BatchTimeout", c.BatchTimeout < 0},
 		{"TokenTTL", c.TokenTTL < 0},
 		{"MaxBackoff", c.MaxBackoff < 0},
+		{"HotAt", c.HotAt < 0},
 	}
 	for _, ch := range checks {
 		if ch.bad {
@@ -128,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TokenTTL == 0 {
 		c.TokenTTL = store.DefaultTokenTTL
+	}
+	if c.HotAt == 0 {
+		c.HotAt = DefaultHotAt
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = DefaultMaxBackoff

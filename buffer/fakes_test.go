@@ -22,6 +22,7 @@ const (
 	faultLostReply       // apply everything, then return an error
 	faultOpErr           // apply nothing, every result has ErrUnavailable
 	faultOpLost          // apply everything, every result has ErrUnavailable
+	faultOpNoReply       // apply everything, every result has ErrNoReply (as a store reports a lost reply)
 )
 
 // fakeSink is an in-memory sink that dedups tokens the way the Redis
@@ -53,7 +54,10 @@ func newFakeSink() *fakeSink {
 	}
 }
 
-var errFakeDown = fmt.Errorf("fake: connection reset: %w", store.ErrUnavailable)
+var (
+	errFakeDown    = fmt.Errorf("fake: connection reset: %w", store.ErrUnavailable)
+	errFakeNoReply = fmt.Errorf("fake: %w: %w: i/o timeout", store.ErrUnavailable, store.ErrNoReply)
+)
 
 func (f *fakeSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.IncrResult, error) {
 	if f.entered != nil {
@@ -94,6 +98,10 @@ func (f *fakeSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.I
 		case faultOpLost:
 			for i := range res {
 				res[i] = store.IncrResult{Err: errFakeDown}
+			}
+		case faultOpNoReply:
+			for i := range res {
+				res[i] = store.IncrResult{Err: errFakeNoReply}
 			}
 		}
 	}

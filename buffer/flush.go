@@ -22,6 +22,10 @@ type op struct {
 	key   string
 	delta int64
 	since int64 // UnixNano when the oldest part of delta was added
+	// cold: the key was cold when cut, so the op goes as a plain INCRBY
+	// (no token) unless its sub-counter takes a deadline. Set by the
+	// flusher before the first send.
+	cold bool
 
 	sent     bool
 	label    string
@@ -146,8 +150,9 @@ func (b *Buffer) cut(kill bool) {
 				continue
 			}
 			if kill {
+				hot := b.hot(c, c.lanes.Load() != nil)
 				if x := c.v.Swap(deadMark) + b.dropLanes(c); x != 0 {
-					b.addOp(c.key, x, c.since.Load())
+					b.addOp(c.key, x, c.since.Load(), !hot)
 				}
 				continue
 			}
@@ -167,12 +172,13 @@ func (b *Buffer) cut(kill bool) {
 				b.spread.Add(1)
 			}
 			since := c.since.Load()
+			hot := b.hot(c, ls != nil)
 			x := c.v.Swap(0)
 			if ls != nil {
 				x += ls.swap(0)
 			}
 			if x != 0 {
-				b.addOp(c.key, x, since)
+				b.addOp(c.key, x, since, !hot)
 			} else {
 				// A quiet cell gives its lanes back; at the next quiet
 				// cut it retires.
@@ -199,9 +205,24 @@ func (b *Buffer) spreads(v int64) bool {
 	return (v >= spreadAt || v <= -spreadAt) && runtime.GOMAXPROCS(0) > 1 && b.spread.Load() < maxSpread
 }
 
+// hot takes the Adds c counted since the last cut and decides, with
+// hysteresis, whether its key is hot: a cell with lanes is; otherwise a
+// key turns hot at Config.HotAt Adds in one interval and stays hot while
+// it gets at least half as many. The caller holds opsMu and c's shard
+// lock.
+func (b *Buffer) hot(c *cell, spread bool) bool {
+	n := c.adds.Swap(0)
+	c.hot = spread || n >= int64(b.cfg.HotAt) || (c.hot && n >= int64(b.coolAt()))
+	return c.hot
+}
+
+// coolAt is the Adds per interval below which a hot key turns cold: half
+// of HotAt, rounded up.
+func (b *Buffer) coolAt() int { return (b.cfg.HotAt + 1) / 2 }
+
 // addOp records a new op; caller holds opsMu.
-func (b *Buffer) addOp(key string, delta, since int64) {
-	b.ops[key] = append(b.ops[key], &op{key: key, delta: delta, since: since})
+func (b *Buffer) addOp(key string, delta, since int64, cold bool) {
+	b.ops[key] = append(b.ops[key], &op{key: key, delta: delta, since: since, cold: cold})
 	b.nops.Add(1)
 }
 
@@ -280,12 +301,25 @@ func (b *Buffer) assign(o *op) bool {
 		return false
 	}
 	o.label = labels[b.cfg.Rand()%uint64(len(labels))]
+	o.sent = true
+	if o.cold && b.cfg.ExpireAt != nil && !b.cfg.ExpireAt(o.key, o.label).IsZero() {
+		// A plain INCRBY cannot give the sub-counter its deadline in
+		// the same step: the op goes with a token, as a hot key's.
+		o.cold = false
+	}
+	if o.cold {
+		return true
+	}
+	o.token = b.newToken()
+	return true
+}
+
+// newToken returns a random 128-bit flush token in hex.
+func (b *Buffer) newToken() string {
 	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], b.cfg.Rand())
 	binary.BigEndian.PutUint64(raw[8:], b.cfg.Rand())
-	o.token = hex.EncodeToString(raw[:])
-	o.sent = true
-	return true
+	return hex.EncodeToString(raw[:])
 }
 
 // sendChunk makes one IncrMulti call with its own timeout, appends the ops
@@ -295,6 +329,10 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 	for i, o := range chunk {
 		if o.attempts > 0 {
 			b.stats.retries.Add(1)
+		}
+		if o.cold {
+			ops[i] = store.IncrOp{Key: keyspace.SubKey(o.key, o.label), Delta: o.delta}
+			continue
 		}
 		ops[i] = store.IncrOp{
 			Key:      keyspace.SubKey(o.key, o.label),
@@ -321,9 +359,33 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 		return done
 	}
 	var transient error
+	var undo []*op
 	for i, r := range res {
 		o := chunk[i]
 		switch {
+		case o.cold && r.Err == nil && (r.Value > store.MaxValue || r.Value < -store.MaxValue):
+			// A plain INCRBY took the sub-counter past its bound: the
+			// delta is taken back (with a token) and dropped, as a
+			// refused one is.
+			b.stats.permanent.Add(1)
+			b.stats.dropped.Add(1)
+			b.stats.droppedDelta.Add(o.delta)
+			b.report(fmt.Errorf("hotcount: %s would pass the sub-counter bound with delta %+d, taken back and dropped: %w", ops[i].Key, o.delta, store.ErrOverflow))
+			undo = append(undo, o)
+			done = append(done, o)
+		case o.cold && r.Err == nil:
+			b.stats.applied.Add(1)
+			b.stats.coldWrites.Add(1)
+			done = append(done, o)
+		case o.cold && errors.Is(r.Err, store.ErrNoReply):
+			// Sent, and no reply: it may have been applied, and a plain
+			// INCRBY sent again could count it twice. Dropped and
+			// counted: the key loses at most this flush.
+			b.stats.coldWrites.Add(1)
+			b.stats.coldDropped.Add(1)
+			b.stats.coldDroppedDelta.Add(o.delta)
+			b.report(fmt.Errorf("hotcount: cold flush of %s, delta %+d, got no reply; not retried (it may have been applied): %w", ops[i].Key, o.delta, r.Err))
+			done = append(done, o)
 		case r.Err == nil && r.Applied:
 			b.stats.applied.Add(1)
 			done = append(done, o)
@@ -353,6 +415,16 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 	}
 	if transient != nil {
 		b.report(transient)
+	}
+	if len(undo) > 0 {
+		b.opsMu.Lock()
+		for _, o := range undo {
+			// The take-back goes to the same sub-counter, with a token.
+			u := &op{key: o.key, delta: -o.delta, since: o.since, sent: true, label: o.label, token: b.newToken()}
+			b.ops[o.key] = append(b.ops[o.key], u)
+			b.nops.Add(1)
+		}
+		b.opsMu.Unlock()
 	}
 	return done
 }

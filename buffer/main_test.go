@@ -14,7 +14,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newTestBuffer returns a Buffer on a fake clock whose timed flushes never
 // fire unless the test advances the clock past an hour; the Buffer is
-// closed when the test ends.
+// closed when the test ends. Every key is hot (HotAt 1: every flush
+// carries a token) unless edit sets HotAt.
 func newTestBuffer(t testing.TB, sink Sink, edit func(*Config)) (*Buffer, *fakeClock) {
 	t.Helper()
 	clk := newFakeClock()
@@ -25,6 +26,7 @@ func newTestBuffer(t testing.TB, sink Sink, edit func(*Config)) (*Buffer, *fakeC
 		Labels:   func(string) []string { return labels },
 		Clock:    clk,
 		Rand:     seqRand(),
+		HotAt:    1,
 	}
 	if edit != nil {
 		edit(&cfg)

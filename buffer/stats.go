@@ -52,11 +52,22 @@ type Stats struct {
 	DroppedDelta int64
 	// Backpressure counts Adds refused with ErrBackpressure.
 	Backpressure uint64
+	// ColdWrites counts cold keys' flushes sent as plain INCRBYs that
+	// were answered or got no reply (see Config.HotAt).
+	ColdWrites uint64
+	// ColdDropped counts cold flushes that got no reply (a timeout, a
+	// connection lost with the command on it): such a flush may have been
+	// applied, and sending it again could count it twice, so it is dropped;
+	// ColdDroppedDelta sums their deltas. Each is at most one flush of one
+	// key lost.
+	ColdDropped      uint64
+	ColdDroppedDelta int64
 }
 
 type counters struct {
 	flushes, flushErrors, retries, applied, skipped, permanent, backpressure, dropped atomic.Uint64
-	droppedDelta                                                                      atomic.Int64
+	coldWrites, coldDropped                                                           atomic.Uint64
+	droppedDelta, coldDroppedDelta                                                    atomic.Int64
 }
 
 // Stats returns a snapshot of the gauges and counters. It scans every
@@ -72,6 +83,10 @@ func (b *Buffer) Stats() Stats {
 		Backpressure:    b.stats.backpressure.Load(),
 		Dropped:         b.stats.dropped.Load(),
 		DroppedDelta:    b.stats.droppedDelta.Load(),
+
+		ColdWrites:       b.stats.coldWrites.Load(),
+		ColdDropped:      b.stats.coldDropped.Load(),
+		ColdDroppedDelta: b.stats.coldDroppedDelta.Load(),
 	}
 	now := b.cfg.Clock.Now().UnixNano()
 	oldest := int64(math.MaxInt64)
@@ -168,5 +183,8 @@ func (s Stats) Merge(o Stats) Stats {
 	s.Backpressure += o.Backpressure
 	s.Dropped += o.Dropped
 	s.DroppedDelta = satAdd(s.DroppedDelta, o.DroppedDelta)
+	s.ColdWrites += o.ColdWrites
+	s.ColdDropped += o.ColdDropped
+	s.ColdDroppedDelta = satAdd(s.ColdDroppedDelta, o.ColdDroppedDelta)
 	return s
 }

@@ -31,16 +31,18 @@ const (
 // cell is one key's accumulating delta. The read-mostly fields and the
 // contended counter sit on separate cache lines, so Adds on one hot key
 // from many cores do not also invalidate the key that lookups compare.
-// Add reads only key (and hash on the hashed path) and updates v; since
-// belongs to the flusher.
+// Add reads only key (and hash on the hashed path) and updates v and
+// adds; since and hot belong to the flusher.
 type cell struct {
 	key   string
 	hash  uint64
 	since atomic.Int64 // UnixNano: creation or the last cut, whichever is later
 	lanes atomic.Pointer[lanes]
-	_     [cacheLine - 40]byte
+	hot   bool // the flusher's: the key was hot at the last cut (cuts hold opsMu)
+	_     [cacheLine - 41]byte
 	v     atomic.Int64
-	_     [cacheLine - 8]byte
+	adds  atomic.Int64 // Adds since the last cut, not counted while it has lanes
+	_     [cacheLine - 16]byte
 }
 
 // lanes spread a hot cell's small adds over several counters, each on its

@@ -114,6 +114,12 @@ var metrics = []metric{
 		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.OpsApplied) }},
 	{prometheus.NewDesc("hotcount_buffer_backpressure_total", "Increments refused because the buffer bound was reached.", nil, nil), prometheus.CounterValue,
 		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.Backpressure) }},
+	{prometheus.NewDesc("hotcount_cold_writes_total", "Cold keys' flushes sent as one plain INCRBY (no script, no extra key).", nil, nil), prometheus.CounterValue,
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.ColdWrites) }},
+	{prometheus.NewDesc("hotcount_cold_dropped_total", "Cold keys' flushes that got no reply (timeout, lost connection) and were not sent again: each may or may not have been applied.", nil, nil), prometheus.CounterValue,
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.ColdDropped) }},
+	gaugeOf("hotcount_cold_dropped_delta", "Signed sum of the deltas of the cold flushes dropped without a reply since start (at most this much is missing).",
+		func(_ *Server, bs *hotcount.BufferStats) float64 { return float64(bs.ColdDroppedDelta) }),
 }
 
 // collector exports the proxy's metrics, read at scrape time.

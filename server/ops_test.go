@@ -162,7 +162,7 @@ func exportedNames(fams map[string]*dto.MetricFamily) map[string]bool {
 var stateGauges = []string{
 	"hotcount_buffer_unflushed_delta", "hotcount_buffer_unflushed_abs_delta", "hotcount_buffer_unflushed_keys",
 	"hotcount_buffer_in_flight_ops", "hotcount_buffer_held_keys", "hotcount_buffer_oldest_unflushed_seconds",
-	"hotcount_buffer_dropped_delta", "hotcount_counters_cold", "hotcount_counters_sharded", "hotcount_placement_collisions", "hotcount_checkpoint_tracked_counters", "hotcount_restored_amount",
+	"hotcount_buffer_dropped_delta", "hotcount_cold_dropped_delta", "hotcount_counters_cold", "hotcount_counters_sharded", "hotcount_placement_collisions", "hotcount_checkpoint_tracked_counters", "hotcount_restored_amount",
 	"hotcount_view_repaired_amount", "hotcount_view_behind_counters",
 	"hotcount_checkpoint_last_success_timestamp_seconds", "hotcount_cache_up", "hotcount_node_budget_writes_per_second",
 	"hotcount_cleanup_pending_deadlines", "hotcount_cleanup_last_success_timestamp_seconds", "hotcount_durable_store_rows",

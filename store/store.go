@@ -43,6 +43,13 @@ var (
 	ErrUnavailable = errors.New("hotcount: backend unavailable")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("hotcount: store closed")
+	// ErrNoReply: a command was sent (or may have been) and no reply came
+	// back: a timeout, or a connection lost with the command on it. It
+	// always comes with ErrUnavailable. Whether the command ran is not
+	// known, so a write that is not idempotent must not be sent again;
+	// one that failed with ErrUnavailable alone was never sent and may
+	// be.
+	ErrNoReply = errors.New("hotcount: sent, no reply (outcome unknown)")
 )
 
 // Store is a sharded cache of int64 counters.
@@ -57,7 +64,9 @@ type Store interface {
 	// nothing. An op with
 	// a TokenKey is applied at most once per token within its TTL: the
 	// token check, the token write and the increment are one atomic step
-	// in the key's slot, so a retried op never double-counts. The result
+	// in the key's slot, so a retried op never double-counts. An op with
+	// neither is a plain INCRBY; a result error of such an op that wraps
+	// ErrNoReply means it may have been applied. The result
 	// slice matches ops; err is set only when nothing could be attempted.
 	IncrMulti(ctx context.Context, ops []IncrOp) ([]IncrResult, error)
 	// Get reads keys, one pipelined round per node; a missing key reads 0.

@@ -87,6 +87,8 @@ type Config struct {
 	// MaxBufferedKeys and MaxPendingKeys configure every buffer (0: the
 	// buffer package's defaults).
 	MaxBufferedKeys, MaxPendingKeys int
+	// HotAt is the buffers' hot-key threshold (0: buffer.DefaultHotAt).
+	HotAt int
 	// Timeout bounds each round trip.
 	Timeout time.Duration
 	// Clock is the time source.

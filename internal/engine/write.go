@@ -23,6 +23,7 @@ func (e *Engine) startBuffers() error {
 			Interval:       iv,
 			MaxKeys:        e.cfg.MaxBufferedKeys,
 			MaxPendingKeys: e.cfg.MaxPendingKeys,
+			HotAt:          e.cfg.HotAt,
 			BatchTimeout:   e.cfg.Timeout,
 			Labels:         e.WriteLabels,
 			ExpireAt:       func(key, label string) time.Time { at, _ := e.expireAtFor(key, label); return at },

@@ -206,7 +206,11 @@ func (s *Store) mapErr(err error) error {
 	if s.closed.Load() && errors.Is(err, rueidis.ErrClosing) {
 		return store.ErrClosed
 	}
-	return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	if errors.As(err, new(notSentError)) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err) // never written
+	}
+	// A timeout or a lost connection: the command may have run.
+	return fmt.Errorf("%w: %w: %w", store.ErrUnavailable, store.ErrNoReply, err)
 }
 
 // transient are prefixes of server errors that mean "try again later".

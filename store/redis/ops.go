@@ -135,7 +135,7 @@ func (s *Store) IncrBySlot(ctx context.Context, key string, slot uint16, delta i
 		r = c.Do(ctx, c.B().Incrby().Key(key).Increment(delta).Build())
 		f.done.Add(1)
 		if err := r.Error(); err != nil && nc.cuts.Load() != cut && !isReply(err) {
-			return 0, fmt.Errorf("%w: INCRBY %q: no reply from %s within %v: %w", store.ErrUnavailable, key, st.topo.Nodes[n], s.cfg.Timeout, context.DeadlineExceeded)
+			return 0, fmt.Errorf("%w: %w: INCRBY %q: no reply from %s within %v: %w", store.ErrUnavailable, store.ErrNoReply, key, st.topo.Nodes[n], s.cfg.Timeout, context.DeadlineExceeded)
 		}
 	} else {
 		if c == nil {

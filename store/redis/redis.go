@@ -46,7 +46,7 @@
 // round of that tick is still waiting, it closes every connection the
 // store has to that node. rueidis then fails every command waiting on
 // them, IncrBy returns store.ErrUnavailable wrapping
-// context.DeadlineExceeded (its outcome unknown, as after any timeout),
+// store.ErrNoReply and context.DeadlineExceeded (its outcome unknown, as after any timeout),
 // and the next command dials again. Such a round thus ends between
 // Timeout and about Timeout·17/16 after it started, plus however late the
 // watchdog's goroutine is scheduled. Unlike a per-round deadline, which
@@ -60,8 +60,11 @@
 // counted as redirects in Stats. Read commands are also resent after
 // rueidis.ErrClosing (a connection of a node that left the cluster). A write
 // whose outcome is unknown (timeout, broken connection) is never resent
-// here: its result wraps store.ErrUnavailable and the caller retries with
-// the same flush token, which is what makes the retry idempotent.
+// here: its result wraps store.ErrUnavailable and store.ErrNoReply, and the
+// caller retries with the same flush token, which is what makes the retry
+// idempotent, or, for a plain INCRBY, does not retry it. A command that
+// failed because its connection could not be dialled wraps
+// store.ErrUnavailable alone: it was never written.
 //
 // # Idempotent increments
 //

@@ -141,7 +141,7 @@ func (w *watchdog) dial(ctx context.Context, addr string, d *net.Dialer, cfg *tl
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return nil, err
+		return nil, notSentError{err}
 	}
 	wc := &watchedConn{Conn: c, w: w, addr: addr}
 	w.mu.Lock()
@@ -153,11 +153,42 @@ func (w *watchdog) dial(ctx context.Context, addr string, d *net.Dialer, cfg *tl
 	return wc, nil
 }
 
+// notSentError is a failed dial, or the failure of a connection that
+// never read a byte: rueidis sends commands on a connection only once its
+// handshake was answered, so a command that gets it was never written.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
 // watchedConn is a connection the watchdog knows of until it is closed.
 type watchedConn struct {
 	net.Conn
 	w    *watchdog
 	addr string
+	read atomic.Bool // a byte was read: the handshake was answered
+}
+
+// Read reads, and marks an error before the first byte as notSentError.
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.read.Load() {
+		c.read.Store(true)
+	}
+	if err != nil && !c.read.Load() {
+		err = notSentError{err}
+	}
+	return n, err
+}
+
+// Write writes, and marks an error before the first byte read as
+// notSentError.
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && !c.read.Load() {
+		err = notSentError{err}
+	}
+	return n, err
 }
 
 // Close forgets the connection and closes it.

@@ -1,0 +1,168 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount/internal/faultproxy"
+	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// TestColdFlushNoReply drives a buffer through a connection that first
+// loses replies (the commands ran; the connection is reset) and then goes
+// half-open (silence, then the commands run late). A cold key's flush
+// (a plain INCRBY) that got no reply is never sent again: its counter is
+// never above what was added, and what it misses is in ColdDroppedDelta.
+// A hot key's flushes (with a token) are retried and counted exactly once.
+func TestColdFlushNoReply(t *testing.T) {
+	ctx := ctxT(t)
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop() })
+	try := 0
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		try++
+		p, err := faultproxy.New(faultproxy.Config{Target: n.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		s, err := New(ctx, Config{Addrs: []string{p.Addr()}, Timeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		b, err := buffer.New(s, buffer.Config{
+			Interval:     time.Hour, // flushes only when the test asks
+			BatchTimeout: 300 * time.Millisecond,
+			Labels:       func(string) []string { return []string{"0"} },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(context.Background())
+		cold, hot := fmt.Sprintf("cold%d", try), fmt.Sprintf("hot%d", try)
+		var addedCold, addedHot int64
+		add := func() {
+			if err := b.Add(cold, 1); err != nil {
+				t.Fatal(err)
+			}
+			addedCold++
+			for range 2 * buffer.DefaultHotAt {
+				if err := b.Add(hot, 1); err != nil {
+					t.Fatal(err)
+				}
+				addedHot++
+			}
+		}
+		add()
+		if err := b.Flush(ctx); err != nil { // no fault: warms the connection and the script
+			t.Fatal(err)
+		}
+
+		// Replies lost: both ops ran, neither reply came back.
+		p.DropReplies(1)
+		add()
+		_ = b.Flush(ctx)
+		p.DropReplies(0)
+		lost := p.Stats().RepliesDropped > 0 && b.Stats().ColdDropped > 0
+
+		// Half-open: the commands wait in the silent connection, time
+		// out, and run once it flows again.
+		p.SetHalfOpen(true)
+		add()
+		_ = b.Flush(ctx)
+		time.Sleep(50 * time.Millisecond)
+		p.SetHalfOpen(false)
+
+		// The hot key's op is retried until acknowledged.
+		deadline := time.Now().Add(20 * time.Second)
+		for b.Stats().InFlight > 0 || b.Pending(hot) != 0 || b.Pending(cold) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("ops still pending: %+v", b.Stats())
+			}
+			_ = b.Flush(ctx)
+		}
+		st := b.Stats()
+		vals, err := s.Get(ctx, []string{keyspace.SubKey(cold, "0"), keyspace.SubKey(hot, "0")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vals[1] != addedHot {
+			t.Fatalf("hot key holds %d, want %d (exactly once); stats %+v", vals[1], addedHot, st)
+		}
+		if vals[0] > addedCold || vals[0] < addedCold-st.ColdDroppedDelta {
+			t.Fatalf("cold key holds %d; added %d, dropped %d: want %d..%d; stats %+v",
+				vals[0], addedCold, st.ColdDroppedDelta, addedCold-st.ColdDroppedDelta, addedCold, st)
+		}
+		if !lost {
+			return errors.New("the fault did not happen: no cold reply was lost")
+		}
+		return nil
+	})
+}
+
+// TestNoReplyErrors: a plain INCRBY whose reply is lost fails with
+// store.ErrNoReply; one sent to a node that refuses connections was never
+// written and fails with store.ErrUnavailable alone.
+func TestNoReplyErrors(t *testing.T) {
+	ctx := ctxT(t)
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop() })
+	p, err := faultproxy.New(faultproxy.Config{Target: n.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := New(ctx, Config{Addrs: []string{p.Addr()}, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	op := []store.IncrOp{{Key: keyspace.SubKey("nr", "0"), Delta: 1}}
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		p.DropReplies(1)
+		res, err := s.IncrMulti(ctx, op)
+		p.DropReplies(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Err == nil {
+			return errors.New("the fault did not happen: the reply came back")
+		}
+		if !errors.Is(res[0].Err, store.ErrNoReply) || !errors.Is(res[0].Err, store.ErrUnavailable) {
+			t.Fatalf("lost reply: %v, want ErrUnavailable and ErrNoReply", res[0].Err)
+		}
+		return nil
+	})
+	// Every connection reset before its handshake is answered. A command
+	// already on the open connection when it is reset may get no reply;
+	// every one after that was never written.
+	p.Pause(faultproxy.PauseReset)
+	clean := 0
+	for i := 0; clean < 3; i++ {
+		res, err := s.IncrMulti(ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case res[0].Err == nil || !errors.Is(res[0].Err, store.ErrUnavailable):
+			t.Fatalf("refused: %v, want ErrUnavailable", res[0].Err)
+		case errors.Is(res[0].Err, store.ErrNoReply) && (clean > 0 || i > 10):
+			t.Fatalf("refused: %v, want ErrUnavailable without ErrNoReply", res[0].Err)
+		case !errors.Is(res[0].Err, store.ErrNoReply):
+			clean++
+		}
+	}
+}
