@@ -132,6 +132,10 @@ func TestNoReplyErrors(t *testing.T) {
 	defer s.Close()
 	op := []store.IncrOp{{Key: keyspace.SubKey("nr", "0"), Delta: 1}}
 	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		if res, err := s.IncrMulti(ctx, op); err != nil || res[0].Err != nil {
+			t.Fatalf("warm-up: %v %+v", err, res)
+		}
+		conns := p.Stats().Accepted
 		p.DropReplies(1)
 		res, err := s.IncrMulti(ctx, op)
 		p.DropReplies(0)
@@ -140,6 +144,9 @@ func TestNoReplyErrors(t *testing.T) {
 		}
 		if res[0].Err == nil {
 			return errors.New("the fault did not happen: the reply came back")
+		}
+		if p.Stats().Accepted != conns && !errors.Is(res[0].Err, store.ErrNoReply) {
+			return fmt.Errorf("the fault did not happen: the op went on a new connection whose handshake lost its reply (%v)", res[0].Err)
 		}
 		if !errors.Is(res[0].Err, store.ErrNoReply) || !errors.Is(res[0].Err, store.ErrUnavailable) {
 			t.Fatalf("lost reply: %v, want ErrUnavailable and ErrNoReply", res[0].Err)
