@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -66,9 +67,16 @@ const (
 
 // Defaults used when a Config field is left at its zero value.
 const (
-	// DefaultMaxCommandSize bounds the bytes of one command that is still
-	// being received on a connection (Redis's proto-max-bulk-len).
-	DefaultMaxCommandSize = 512 << 20
+	// DefaultMaxBulkLen is the largest bulk argument a client may send
+	// (Redis's proto-max-bulk-len, 512 MB there): a longer bulk length is
+	// refused at once with "invalid bulk length".
+	DefaultMaxBulkLen = 64 << 20
+	// DefaultQueryBufferLimit bounds the unparsed input one connection
+	// holds (Redis's client-query-buffer-limit, 1 GB there).
+	DefaultQueryBufferLimit = 128 << 20
+	// DefaultMemoryBudget bounds the input all connections hold beyond
+	// their first read buffer (readChunk each).
+	DefaultMemoryBudget = 1 << 30
 	// DefaultMaxClients bounds the open client connections (Redis's
 	// maxclients).
 	DefaultMaxClients = 10000
@@ -82,8 +90,9 @@ const (
 	// Redis's PROTO_INLINE_MAX_SIZE does.
 	MaxInlineSize = 64 << 10
 	// MaxMultiBulk is the largest argument count a command may announce,
-	// as in Redis.
-	MaxMultiBulk = 1024 * 1024
+	// as in Redis 7 (2^31-1; the query buffer limit bounds what they
+	// hold).
+	MaxMultiBulk = 1<<31 - 1
 )
 
 // ErrConfig is wrapped by every error for an invalid Config.
@@ -105,10 +114,23 @@ type Config struct {
 	// Replies maps a counter namespace's prefix to its reply mode;
 	// namespaces not listed answer ReplyEstimate.
 	Replies map[string]Reply
-	// MaxCommandSize bounds the bytes of one unfinished command per
-	// connection; past it the client gets an error and is disconnected.
-	// 0 means DefaultMaxCommandSize.
-	MaxCommandSize int
+	// MaxBulkLen is the largest bulk argument (Redis's
+	// proto-max-bulk-len): a larger bulk length is answered "-ERR
+	// Protocol error: invalid bulk length" as soon as its header arrives,
+	// and the connection is closed. 0 means DefaultMaxBulkLen; it must not
+	// exceed QueryBufferLimit.
+	MaxBulkLen int64
+	// QueryBufferLimit bounds the input one connection holds before it is
+	// parsed into whole commands (Redis's client-query-buffer-limit): past
+	// it the client gets an error and is disconnected. 0 means
+	// DefaultQueryBufferLimit.
+	QueryBufferLimit int
+	// MemoryBudget bounds the input all connections hold together beyond
+	// their first read buffer (16 KiB each). A connection whose command
+	// needs more than the budget has left waits, not reading (the client's
+	// sends block), for up to Timeout; then it is answered an error and
+	// closed. 0 means DefaultMemoryBudget.
+	MemoryBudget int64
 	// MaxClients bounds the open client connections; a connection past it
 	// is answered "-ERR max number of clients reached" and closed. 0 means
 	// DefaultMaxClients.
@@ -145,8 +167,8 @@ func (c Config) validate() (settings, error) {
 			return bad("Redis address %q is not host:port", a)
 		}
 	}
-	if c.MaxCommandSize < 0 || c.MaxClients < 0 || c.Timeout < 0 {
-		return bad("MaxCommandSize, MaxClients and Timeout must not be negative")
+	if c.MaxBulkLen < 0 || c.QueryBufferLimit < 0 || c.MemoryBudget < 0 || c.MaxClients < 0 || c.Timeout < 0 {
+		return bad("MaxBulkLen, QueryBufferLimit, MemoryBudget, MaxClients and Timeout must not be negative")
 	}
 	if strings.ContainsAny(c.Password, "\r\n") {
 		return bad("Password must not contain line breaks")
@@ -163,8 +185,20 @@ func (c Config) validate() (settings, error) {
 		}
 		s.Replies[p] = r
 	}
-	if s.MaxCommandSize == 0 {
-		s.MaxCommandSize = DefaultMaxCommandSize
+	if s.MaxBulkLen == 0 {
+		s.MaxBulkLen = DefaultMaxBulkLen
+	}
+	if s.QueryBufferLimit == 0 {
+		s.QueryBufferLimit = max(DefaultQueryBufferLimit, int(min(s.MaxBulkLen, math.MaxInt32))+MaxInlineSize)
+	}
+	if s.MemoryBudget == 0 {
+		s.MemoryBudget = DefaultMemoryBudget
+	}
+	if s.MaxBulkLen > int64(s.QueryBufferLimit) {
+		return bad("MaxBulkLen (%d) must not exceed QueryBufferLimit (%d)", s.MaxBulkLen, s.QueryBufferLimit)
+	}
+	if int64(s.QueryBufferLimit) > s.MemoryBudget {
+		return bad("QueryBufferLimit (%d) must not exceed MemoryBudget (%d)", s.QueryBufferLimit, s.MemoryBudget)
 	}
 	if s.MaxClients == 0 {
 		s.MaxClients = DefaultMaxClients

@@ -3,17 +3,14 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/tidwall/redcon"
 )
 
 const (
@@ -54,6 +51,8 @@ type conn struct {
 	done    bool            // serveRaw: the connection ends
 	recheck bool            // serveRaw: the read deadline is set (rawRecheck)
 	rbuf    []byte          // unparsed input
+	held    int64           // bytes of rbuf reserved in the memory budget
+	need    int             // length of the unfinished command, when known
 	pending []byte          // input read while a command blocked, parsed next
 	argbuf  [][]byte        // arguments of the batch being run (alias rbuf)
 	out     []byte          // replies not yet written
@@ -103,14 +102,16 @@ func (c *conn) serve() {
 		c.cancel()
 		c.tx.release(c)
 		_ = c.nc.Close()
+		c.s.input.release(c.held)
+		c.held = 0
 	}()
 	if c.raw != nil {
 		c.serveRaw(c.raw)
 		return
 	}
 	for {
-		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 {
-			c.growBuffer()
+		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 && !c.growBuffer() {
+			return
 		}
 		n, err := c.nc.Read(c.rbuf[len(c.rbuf):cap(c.rbuf)])
 		c.rbuf = c.rbuf[:len(c.rbuf)+n]
@@ -123,16 +124,44 @@ func (c *conn) serve() {
 	}
 }
 
-// growBuffer makes room to read: it doubles the buffer, up to what
-// MaxCommandSize needs.
-func (c *conn) growBuffer() {
-	size := max(2*cap(c.rbuf), readChunk)
-	if limit := c.s.cfg.MaxCommandSize + readChunk; size > limit {
+// growBuffer makes room to read: it doubles the buffer, or makes it as
+// large as the unfinished command is known to be (a bulk argument's
+// length, as Redis does), up to what QueryBufferLimit needs, reserving
+// the growth from the memory budget. So a connection reserves a large
+// argument whole before reading it, or waits. It returns false when the
+// budget had no room in time: the connection is answered an error and
+// must close.
+func (c *conn) growBuffer() bool {
+	size := max(2*cap(c.rbuf), readChunk, c.need+readChunk/4)
+	if limit := c.s.cfg.QueryBufferLimit + readChunk; size > limit {
 		size = max(limit, len(c.rbuf)+readChunk)
+	}
+	if !c.setBufferCap(size) {
+		c.out = appendErr(c.out, errBudget)
+		_ = c.write()
+		return false
 	}
 	nb := make([]byte, len(c.rbuf), size)
 	copy(nb, c.rbuf)
 	c.rbuf = nb
+	return true
+}
+
+// setBufferCap accounts for a read buffer of size bytes in the memory
+// budget: the bytes beyond the first readChunk are reserved (or given
+// back). It fails when the budget has no room in time.
+func (c *conn) setBufferCap(size int) bool {
+	want := int64(max(size-readChunk, 0))
+	switch {
+	case want > c.held:
+		if !c.s.input.reserve(want-c.held, c.s.cfg.Timeout, c.stopping.Load, &c.s.stats) {
+			return false
+		}
+	case want < c.held:
+		c.s.input.release(c.held - want)
+	}
+	c.held = want
+	return true
 }
 
 // protocolError is malformed or oversized input; the client gets
@@ -141,27 +170,16 @@ type protocolError string
 
 func (e protocolError) Error() string { return "Protocol error: " + string(e) }
 
-// errCommandPanic stands for a panic of the parser on hostile input.
-const errCommandPanic = protocolError("invalid bulk length")
-
-// readCommand is redcon.ReadNextCommand, which indexes past the input on
-// some forged lengths (a bulk length near the int range, or negative):
-// such a panic is turned into a protocol error.
-func readCommand(packet []byte, argsbuf [][]byte) (complete bool, args [][]byte, kind redcon.Kind, leftover []byte, err error) {
-	defer func() {
-		if recover() != nil {
-			complete, args, leftover, err = false, nil, packet, errCommandPanic
-		}
-	}()
-	return redcon.ReadNextCommand(packet, argsbuf)
-}
-
 // handleInput runs every complete command in the read buffer and writes
 // the replies. It returns false when the connection must close.
 func (c *conn) handleInput() bool {
 	for {
-		if !c.handleBatch() {
+		ok, again := c.handleBatch()
+		if !ok {
 			return false
+		}
+		if again {
+			continue
 		}
 		if len(c.pending) == 0 {
 			return true
@@ -172,59 +190,65 @@ func (c *conn) handleInput() bool {
 }
 
 // handleBatch runs the complete commands in the read buffer and writes
-// their replies.
-func (c *conn) handleBatch() bool {
+// their replies. again is true when complete commands may remain: before
+// authentication, commands are parsed and run one at a time, because
+// Redis parses with smaller bounds until AUTH has run.
+func (c *conn) handleBatch() (ok, again bool) {
 	data := c.rbuf
 	c.argbuf = c.argbuf[:0]
+	c.need = 0
 	var bounds [64][2]int
 	cmds := bounds[:0]
 	var perr error
+	lim := parseLimits{maxBulk: c.s.cfg.MaxBulkLen, unauth: !c.authed}
 	for len(data) > 0 {
 		start := len(c.argbuf)
-		complete, args, kind, leftover, err := readCommand(data, c.argbuf[start:])
+		n, args, need, err := parseRequest(data, c.argbuf[start:], lim)
 		if err != nil {
 			perr = err
 			break
 		}
-		if !complete {
+		if n == 0 {
+			c.need = need
 			break
 		}
-		if kind == redcon.Tile38 {
-			perr = protocolError("expected '*' or an inline command")
-			break
-		}
-		data = leftover
+		data = data[n:]
 		if len(args) == 0 {
 			continue
 		}
 		c.argbuf = append(c.argbuf[:start], args...)
 		cmds = append(cmds, [2]int{start, len(c.argbuf)})
+		if lim.unauth {
+			again = len(data) > 0
+			break
+		}
 	}
-	if perr == nil && len(data) > 0 {
-		perr = c.checkPartial(data)
+	if perr == nil && len(data) > c.s.cfg.QueryBufferLimit {
+		perr = protocolError("")
 	}
 	c.runAll(cmds)
 	if perr != nil && !c.quit {
 		c.s.stats.protocolErrors.Add(1)
-		msg := perr.Error()
-		if len(msg) < 3 || msg[:3] != "ERR" {
-			msg = "ERR " + msg
+		msg := "ERR " + perr.Error()
+		if perr == protocolError("") {
+			msg = errQueryBuffer
 		}
 		c.out = appendErr(c.out, msg)
 		c.quit = true
 	}
 	if !c.write() {
-		return false
+		return false, false
 	}
 	// Keep the unfinished command at the front of the buffer.
 	if len(data) == 0 && cap(c.rbuf) > shrinkAbove {
 		c.rbuf = make([]byte, 0, readChunk)
+		c.setBufferCap(readChunk)
 	} else {
 		n := copy(c.rbuf, data)
 		c.rbuf = c.rbuf[:n]
 	}
 	clear(c.argbuf[:cap(c.argbuf)]) // drop references into the buffer
-	return !c.quit
+	return !c.quit, again && !c.quit
 }
 
 // runAll runs a batch of commands. A panic (a bug) is answered with an
@@ -247,31 +271,6 @@ func (c *conn) runAll(cmds [][2]int) {
 		c.run(c.argbuf[b[0]:b[1]])
 	}
 	c.flushGroup()
-}
-
-// checkPartial bounds an unfinished command: its size (MaxCommandSize),
-// the line of an inline command (MaxInlineSize) and the argument count it
-// announces (MaxMultiBulk), as Redis does.
-func (c *conn) checkPartial(data []byte) error {
-	if len(data) > c.s.cfg.MaxCommandSize {
-		return protocolError(fmt.Sprintf("command larger than %d bytes", c.s.cfg.MaxCommandSize))
-	}
-	if data[0] != '*' {
-		if len(data) > MaxInlineSize {
-			return protocolError("too big inline request")
-		}
-		return nil
-	}
-	// The announced argument count is the first line: "*<n>\r\n".
-	for i := 1; i < len(data) && i < 24; i++ {
-		if data[i] == '\n' {
-			if n, err := strconv.Atoi(string(data[1 : i-1])); err == nil && n > MaxMultiBulk {
-				return protocolError("invalid multibulk length")
-			}
-			return nil
-		}
-	}
-	return nil
 }
 
 // write sends the replies of the batch.
@@ -391,7 +390,7 @@ func (c *conn) watchClient(f func(ctx context.Context)) {
 		for {
 			n, err := wc.Read(buf)
 			if n > 0 {
-				if len(extra)+n > c.s.cfg.MaxCommandSize {
+				if len(extra)+n > c.s.cfg.QueryBufferLimit {
 					gone.Store(true)
 					cancel()
 					return

@@ -65,22 +65,30 @@
 // # Connections
 //
 // Each client connection has one goroutine. It reads into a buffer, splits
-// it into commands with redcon's parser (redcon.ReadNextCommand, RESP and
-// inline commands), runs every complete command in order and writes all
-// their replies in one write (pipelining). On a TCP or Unix socket it
-// reads the descriptor itself (syscall.RawConn) and, after a read that
-// left the socket empty, waits for the runtime's poller instead of reading
-// again: one read system call per request where net.Conn.Read takes two
-// (the second finds nothing); an end of input that came with the last
-// data is read at most 100 ms later. The proxy does not use redcon's
-// server loop, so that it can bound what a connection holds: an unfinished
-// command larger than MaxCommandSize, an inline line longer than
-// MaxInlineSize, or more than MaxMultiBulk announced arguments get
-// "-ERR Protocol error: ..." and the connection is closed, as in Redis. The
-// parser indexes past its input on some forged lengths (a bulk length near
-// the int range); that panic is recovered as an invalid bulk length. Any
-// other panic answers an error, is counted (Stats.Panics), and closes that
-// connection only.
+// it into commands (parse.go: RESP and inline commands, parsed as Redis
+// 7.0 parses them, with Redis's error texts for malformed input), runs
+// every complete command in order and writes all their replies in one
+// write (pipelining). On a TCP or Unix socket it reads the descriptor
+// itself (syscall.RawConn) and, after a read that left the socket empty,
+// waits for the runtime's poller instead of reading again: one read system
+// call per request where net.Conn.Read takes two (the second finds
+// nothing); an end of input that came with the last data is read at most
+// 100 ms later.
+//
+// Input is bounded as in Redis: a bulk length above MaxBulkLen (Redis's
+// proto-max-bulk-len) is answered "-ERR Protocol error: invalid bulk
+// length" as soon as its header arrives; an unfinished count line, bulk
+// length line or inline line longer than 64 KiB is refused; past
+// QueryBufferLimit (client-query-buffer-limit) of unparsed input the
+// connection is answered an error. Each refusal closes the connection.
+// Across connections, MemoryBudget bounds the input held beyond each
+// connection's first 16 KiB buffer: a connection reserves a large argument
+// whole before reading it (as Redis allocates it on its header), and when
+// the budget has no room it stops reading, so its client's sends block,
+// until memory comes back or Timeout passes, when it is answered an error
+// and closed (metrics hotcount_proxy_input_bytes and
+// hotcount_proxy_input_budget_*). A panic serving a command answers an
+// error, is counted (Stats.Panics), and closes that connection only.
 //
 // Replies are written with redcon's append helpers; RESP3 types redcon has
 // no helper for (maps, nulls, verbatim strings) are written alongside.

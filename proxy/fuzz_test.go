@@ -59,7 +59,7 @@ func FuzzCommands(f *testing.F) {
 	// input that caused it.
 	var log syncBuffer
 	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelError}))
-	e := startProxyOn(f, cl, []hotcount.Namespace{{Prefix: "fz:", Buffered: true}}, proxy.Config{MaxCommandSize: 64 << 10, Timeout: 2 * time.Second, Logger: logger})
+	e := startProxyOn(f, cl, []hotcount.Namespace{{Prefix: "fz:", Buffered: true}}, proxy.Config{QueryBufferLimit: 64 << 10, MaxBulkLen: 32 << 10, Timeout: 2 * time.Second, Logger: logger})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 256<<10 {
 			return

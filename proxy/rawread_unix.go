@@ -78,8 +78,9 @@ func (c *conn) serveRaw(rc syscall.RawConn) {
 // command.
 func (c *conn) onReadable(fd uintptr) bool {
 	for {
-		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 {
-			c.growBuffer()
+		if cap(c.rbuf)-len(c.rbuf) < readChunk/4 && !c.growBuffer() {
+			c.done = true
+			return true
 		}
 		room := cap(c.rbuf) - len(c.rbuf)
 		n, err := syscall.Read(int(fd), c.rbuf[len(c.rbuf):cap(c.rbuf)])

@@ -114,8 +114,9 @@ type walker struct {
 	path  []int // indices from the top-level reply down to the current one
 }
 
-// maxDepth bounds the nesting walked (Redis replies nest a few levels).
-const maxDepth = 64
+// maxDepth bounds the nesting walked: far above what Redis writes (a Lua
+// script's reply stops near 8,000 levels).
+const maxDepth = 1 << 16
 
 func (w *walker) walk(b, src []byte) (out, rest []byte, err error) {
 	if len(src) < 9 || len(w.path) > maxDepth {

@@ -37,6 +37,7 @@ type Server struct {
 	version  string // redis_version of the upstream, shown by HELLO and INFO
 	started  time.Time
 	stats    stats
+	input    budget // input held by connections (Config.MemoryBudget)
 
 	ctx    context.Context // cancelled by Close: ends blocking calls
 	cancel context.CancelFunc
@@ -57,6 +58,7 @@ type stats struct {
 	counterIncrs, counterReads, counterClears    atomic.Int64
 	passed, split, upstreamErrors, refused       atomic.Int64
 	estimateReads, panics                        atomic.Int64
+	budgetWaits, budgetCloses                    atomic.Int64
 }
 
 // Stats is a snapshot of the proxy's counters (also exported as metrics).
@@ -104,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		counters:  st.Counters,
 		est:       newEstimates(),
 		started:   st.Clock.Now(),
+		input:     budget{limit: st.MemoryBudget},
 		conns:     map[*conn]struct{}{},
 		listeners: map[net.Listener]struct{}{},
 	}
