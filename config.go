@@ -65,7 +65,7 @@ type Config struct {
 	Embedded EmbeddedConfig
 	// Store, when set, is used instead of Redis or the embedded store.
 	// The Client does not close a Store it was given.
-	Store store.Store
+	Store store.Store `config:"code"`
 	// Defaults are the settings of keys that no namespace matches (its
 	// Prefix must be empty). Zero fields mean DefaultN, ModeFast,
 	// unbuffered, cold start, DefaultFlushInterval, DefaultReadCacheTTL and
@@ -92,15 +92,15 @@ type Config struct {
 	Timeout time.Duration
 	// Clock is the time source of every timestamp, ticker and timer; nil
 	// means the system clock. Tests inject a clock.Fake.
-	Clock clock.Clock
+	Clock clock.Clock `config:"code"`
 	// Rand returns uniformly random 64-bit values, safe for concurrent
 	// use; nil means math/rand/v2.
-	Rand func() uint64
+	Rand func() uint64 `config:"code"`
 	// Observe, when set, is told how long each background operation took:
 	// "flush" (a buffered flush round), "commit" (a durable group commit),
 	// "checkpoint" (a checkpoint round), "rollup". It feeds latency
 	// histograms and must be cheap.
-	Observe func(op string, d time.Duration)
+	Observe func(op string, d time.Duration) `config:"code"`
 }
 
 // RedisConfig says where Redis is and how to log in.
@@ -111,7 +111,7 @@ type RedisConfig struct {
 	// Username and Password authenticate (ACL user, or only a password).
 	Username, Password string
 	// TLS, when set, is used for every connection.
-	TLS *tls.Config
+	TLS *tls.Config `config:"code"`
 }
 
 // EmbeddedConfig configures the embedded store.
@@ -163,7 +163,7 @@ type DurabilityConfig struct {
 	// durable/sqlite or durable/postgres. nil means none: fast-mode
 	// counters live in the cache alone and durable mode cannot be used.
 	// The Client does not close it.
-	Store durable.Backend
+	Store durable.Backend `config:"code"`
 	// CheckpointInterval is how often fast-mode totals are checkpointed;
 	// 0 means DefaultCheckpointInterval. It bounds what a cache loss can
 	// lose.
@@ -177,7 +177,7 @@ type DurabilityConfig struct {
 	CleanupInterval time.Duration
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
-	OnRestore func(Restore)
+	OnRestore func(Restore) `config:"code"`
 	// HealInterval is how often the cache view of durable-mode counters
 	// is compared with the durable log and repaired; 0 means
 	// DefaultHealInterval, negative turns healing off. A view error that

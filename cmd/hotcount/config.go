@@ -1,22 +1,25 @@
-// The configuration of `hotcount serve` comes from four sources, in
-// increasing precedence: built-in defaults, a YAML file, environment
-// variables and command-line flags.
+// The configuration of `hotcount serve` and `hotcount proxy` comes from
+// four sources, in increasing precedence: built-in defaults, a YAML file,
+// environment variables and command-line flags.
 //
-// Every setting has one name used by all sources: the YAML field NAME, the
-// environment variable HOTCOUNT_NAME (upper case) and the flag --NAME with
-// dashes for underscores (token_file: --token-file, HOTCOUNT_TOKEN_FILE).
-// The file itself is named by --config or HOTCOUNT_CONFIG. The YAML is
-// decoded strictly (an unknown field is an error) and may also list
-// per-prefix namespaces and scoped tokens, which only the file can set.
-// Secrets can come from files (token_file, redis_password_file, a token's
-// token_file) or the environment (a token's token_env), so that they never
-// show in ps. After merging, the result is validated as a whole; every
-// error wraps errInvalidConfig and names the setting and the source it came
-// from.
+// Every setting is described once, in the schema (schema.go): its name
+// (the YAML key NAME, the environment variable HOTCOUNT_NAME and the flag
+// --NAME with dashes for underscores), type, default, doc line and the
+// commands that use it. The file itself is named by --config or
+// HOTCOUNT_CONFIG. Its keys are checked against the schema first (an
+// unknown key gets the nearest known one as a suggestion; a key of the
+// other command is refused, naming it), then it is decoded strictly; only
+// the file lists per-prefix namespaces and scoped tokens. Secrets can come
+// from files (token_file, redis_password_file, a token's token_file) or
+// the environment (a token's token_env), so that they never show in ps.
+// After merging, the result is validated as a whole; every error wraps
+// errInvalidConfig and names the setting and the source it came from, a
+// flag as it is typed (flag --log-format).
 
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -39,6 +42,9 @@ import (
 // stays cool for Hysteresis. Zero fields mean the library's defaults
 // (10,000 writes/s, at most 64, 30 s).
 type autoNConfig struct {
+	// Enabled false turns automatic N off although other fields are set;
+	// nil means on.
+	Enabled    *bool         `yaml:"enabled"`
 	Budget     float64       `yaml:"budget"`
 	MaxN       int           `yaml:"max_n"`
 	Hysteresis time.Duration `yaml:"hysteresis"`
@@ -105,17 +111,11 @@ const (
 	setRESPProcs    = "resp_procs"
 )
 
-// settingNames lists the settings that flags and environment variables may set.
-var settingNames = []string{setListen, setRedis, setPostgres, setData, setMode, setToken, setTokenFile,
-	setMetricsPublic, setDashboard, setLogFormat, setAccessLog, setTLSCert, setTLSKey,
-	setRedisUser, setRedisPass, setRedisPassFile, setRedisTLS, setRedisCA, setRedisCert, setRedisKey, setRedisSNI, setFile,
-	setRESPListen, setAdminListen, setRESPPassword, setRESPProcs}
-
-// flagName is the command-line flag of a setting: dashes for underscores.
-func flagName(setting string) string { return strings.ReplaceAll(setting, "_", "-") }
-
-// settingName is the setting of a command-line flag.
-func settingName(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
+// flagName is the command-line flag of a setting: dashes for underscores
+// and dots.
+func flagName(setting string) string {
+	return strings.NewReplacer("_", "-", ".", "-").Replace(setting)
+}
 
 // serveConfig is the merged configuration of `hotcount serve`.
 type serveConfig struct {
@@ -154,8 +154,27 @@ type serveConfig struct {
 	RedisSecurity redisSecurity `yaml:",inline"`
 	// Namespaces override settings per key prefix (longest prefix wins).
 	Namespaces []nsConfig `yaml:"namespaces"`
-	// autoNConfig, when present, turns automatic N on (file only).
+	// AutoN, when present, turns automatic N on.
 	AutoN *autoNConfig `yaml:"auto_n"`
+	// EmbeddedNodes is the number of simulated nodes of the embedded
+	// store; 0 means the library's default.
+	EmbeddedNodes int `yaml:"embedded_nodes"`
+	// Defaults are the settings of keys no namespace names, besides Mode.
+	Defaults defaultsConfig `yaml:",inline"`
+	// The library's other settings; zero values mean its defaults.
+	Timeout              time.Duration `yaml:"timeout"`
+	NoReadCache          bool          `yaml:"no_read_cache"`
+	MetaTTL              time.Duration `yaml:"meta_ttl"`
+	NaiveLabels          bool          `yaml:"naive_labels"`
+	BufferMaxKeys        int           `yaml:"buffer_max_keys"`
+	BufferMaxPendingKeys int           `yaml:"buffer_max_pending_keys"`
+	CheckpointInterval   time.Duration `yaml:"checkpoint_interval"`
+	RollupAge            time.Duration `yaml:"rollup_age"`
+	CleanupInterval      time.Duration `yaml:"cleanup_interval"`
+	HealInterval         time.Duration `yaml:"heal_interval"`
+	NoStartupRepair      bool          `yaml:"no_startup_repair"`
+	RebalanceAuto        bool          `yaml:"rebalance_auto"`
+	RebalanceCheck       time.Duration `yaml:"rebalance_check"`
 	// RESPListen is the host:port `hotcount proxy` serves Redis clients on.
 	RESPListen string `yaml:"resp_listen"`
 	// AdminListen is the host:port of the proxy's HTTP admin port, or
@@ -178,6 +197,31 @@ type serveConfig struct {
 	tokens    []server.Token
 	redisConn hotcount.RedisConfig
 	listenTLS *tls.Config
+}
+
+// defaultsConfig holds the settings of keys no namespace names (the
+// library's Defaults), as top-level keys of the file.
+type defaultsConfig struct {
+	N             int           `yaml:"n"`
+	Buffered      bool          `yaml:"buffered"`
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	ReadCacheTTL  time.Duration `yaml:"read_cache_ttl"`
+	ColdStart     *bool         `yaml:"cold_start"`
+	HotRate       float64       `yaml:"hot_rate"`
+	TTL           time.Duration `yaml:"ttl"`
+}
+
+// autoN returns c.AutoN, making it (automatic N on) when it is nil.
+func (c *serveConfig) autoN() *autoNConfig {
+	if c.AutoN == nil {
+		c.AutoN = &autoNConfig{}
+	}
+	return c.AutoN
+}
+
+// autoNOn reports whether automatic N is on.
+func (c *serveConfig) autoNOn() bool {
+	return c.AutoN != nil && (c.AutoN.Enabled == nil || *c.AutoN.Enabled)
 }
 
 // tokenConfig is one scoped bearer token of the file. Its secret is given
@@ -215,6 +259,9 @@ type nsConfig struct {
 	// HotRate is the cache writes/s past which a cold counter grows to n;
 	// 0 means the library default.
 	HotRate float64 `yaml:"hot_rate"`
+	// TTL gives every new counter a deadline this long after its first
+	// write; 0 inherits.
+	TTL time.Duration `yaml:"ttl"`
 	// Reply is what `hotcount proxy` answers to INCR on the namespace's
 	// keys: "estimate" (the default) or "exact" (a fresh summed read).
 	Reply string `yaml:"reply"`
@@ -224,57 +271,58 @@ type nsConfig struct {
 func (n nsConfig) namespace() hotcount.Namespace {
 	return hotcount.Namespace{Prefix: n.Prefix, N: n.N, Mode: hotcount.Mode(n.Mode), Buffered: n.Buffered != nil && *n.Buffered,
 		FlushInterval: n.FlushInterval, ReadCacheTTL: n.ReadCacheTTL,
-		NoColdStart: n.ColdStart != nil && !*n.ColdStart, HotRate: n.HotRate}
+		NoColdStart: n.ColdStart != nil && !*n.ColdStart, HotRate: n.HotRate, TTL: n.TTL}
 }
 
-// loadConfig merges defaults, the YAML file, the environment and flags. flags
-// holds the flags that were set on the command line (name → value, names
-// from settingNames); lookupEnv is os.LookupEnv or a fake.
+// loadConfig merges the configuration of `hotcount serve`.
 func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) (serveConfig, error) {
+	return loadConfigFor(cmdServe, flags, lookupEnv)
+}
+
+// loadConfigFor merges defaults, the YAML file, the environment and flags
+// for cmd. flags holds the flags that were set on the command line
+// (setting name → value); lookupEnv is os.LookupEnv or a fake.
+// Environment variables of settings cmd does not use are ignored: the
+// environment may be shared by both commands.
+func loadConfigFor(cmd cmdSet, flags map[string]string, lookupEnv func(string) (string, bool)) (serveConfig, error) {
 	for name := range flags {
-		if !known(name) {
+		if s := settingByName(name); s == nil || s.fileOnly || s.cmds&cmd == 0 {
 			return serveConfig{}, fmt.Errorf("%w: unknown setting %q", errInvalidConfig, name)
 		}
 	}
-	get := func(name string) (string, string, bool) {
-		if v, ok := flags[name]; ok {
-			return v, "flag --" + name, true
+	get := func(s *setting) (string, string, bool) {
+		if v, ok := flags[s.name]; ok {
+			return v, "flag --" + s.flag(), true
 		}
-		if v, ok := lookupEnv(envName(name)); ok && v != "" {
-			return v, "env " + envName(name), true
+		if v, ok := lookupEnv(s.env()); ok && v != "" {
+			return v, "env " + s.env(), true
 		}
 		return "", "", false
 	}
 	var cfg serveConfig
 	cfg.Sources = map[string]string{}
-	if path, src, ok := get(setFile); ok {
-		if err := readFile(path, &cfg); err != nil {
+	if path, src, ok := get(settingByName(setFile)); ok {
+		keys, err := readFile(path, &cfg, cmd)
+		if err != nil {
 			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %v", errInvalidConfig, path, src, err)
 		}
-		fileSrc := "file " + path
-		rs := cfg.RedisSecurity
-		for name, set := range map[string]bool{setListen: cfg.Listen != "", setRedis: len(cfg.Redis) > 0,
-			setPostgres: cfg.Postgres != "", setData: cfg.Data != "", setMode: cfg.Mode != "", setToken: cfg.Token != "",
-			setTokenFile: cfg.TokenFile != "", setMetricsPublic: cfg.MetricsPublic, setDashboard: cfg.Dashboard != nil,
-			setLogFormat: cfg.LogFormat != "", setAccessLog: cfg.AccessLog, setTLSCert: cfg.TLSCert != "", setTLSKey: cfg.TLSKey != "",
-			setRedisUser: rs.Username != "", setRedisPass: rs.Password != "", setRedisPassFile: rs.PasswordFile != "",
-			setRedisTLS: rs.TLS, setRedisCA: rs.CA != "", setRedisCert: rs.Cert != "", setRedisKey: rs.Key != "", setRedisSNI: rs.ServerName != "",
-			setRESPListen: cfg.RESPListen != "", setAdminListen: cfg.AdminListen != "", setRESPPassword: cfg.RESPPassword != "",
-			setRESPProcs: cfg.RESPProcs != nil, "tokens": len(cfg.Tokens) > 0, "namespaces": len(cfg.Namespaces) > 0, "auto_n": cfg.AutoN != nil} {
-			if set {
-				cfg.Sources[name] = fileSrc
-			}
+		for _, k := range keys {
+			cfg.Sources[k] = "file " + path
 		}
 		cfg.Sources[setFile] = src
 	}
-	for _, name := range settingNames {
-		v, src, ok := get(name)
-		if !ok || name == setFile {
+	for i := range settings {
+		s := &settings[i]
+		if s.fileOnly || s.noFile || s.cmds&cmd == 0 {
 			continue
 		}
-		cfg.Sources[name] = src
-		if err := cfg.set(name, v); err != nil {
-			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %w", errInvalidConfig, name, src, err)
+		v, src, ok := get(s)
+		if !ok {
+			continue
+		}
+		cfg.Sources[s.name] = src
+		if err := setText(s.ptr(&cfg), v); err != nil {
+			return serveConfig{}, fmt.Errorf("%w: %s (from %s): %w", errInvalidConfig, s.name, src, err)
 		}
 	}
 	cfg.applyDefaults()
@@ -284,72 +332,42 @@ func loadConfig(flags map[string]string, lookupEnv func(string) (string, bool)) 
 	return cfg, nil
 }
 
-// set sets one setting from its text (a flag or an environment variable).
-func (c *serveConfig) set(name, v string) error {
-	str := map[string]*string{setListen: &c.Listen, setPostgres: &c.Postgres, setData: &c.Data, setMode: &c.Mode,
-		setToken: &c.Token, setTokenFile: &c.TokenFile, setRESPListen: &c.RESPListen, setAdminListen: &c.AdminListen, setRESPPassword: &c.RESPPassword, setLogFormat: &c.LogFormat, setTLSCert: &c.TLSCert, setTLSKey: &c.TLSKey,
-		setRedisUser: &c.RedisSecurity.Username, setRedisPass: &c.RedisSecurity.Password, setRedisPassFile: &c.RedisSecurity.PasswordFile,
-		setRedisCA: &c.RedisSecurity.CA, setRedisCert: &c.RedisSecurity.Cert, setRedisKey: &c.RedisSecurity.Key, setRedisSNI: &c.RedisSecurity.ServerName}
-	boolean := map[string]*bool{setMetricsPublic: &c.MetricsPublic, setAccessLog: &c.AccessLog, setRedisTLS: &c.RedisSecurity.TLS}
-	switch {
-	case name == setRedis:
-		c.Redis = splitAddrs(v)
-	case name == setRESPProcs:
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("want a whole number of CPUs (0: all), got %q", v)
-		}
-		c.RESPProcs = &n
-	case name == setDashboard:
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("want true or false, got %q", v)
-		}
-		c.Dashboard = &b
-	case str[name] != nil:
-		*str[name] = v
-	case boolean[name] != nil:
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("want true or false, got %q", v)
-		}
-		*boolean[name] = b
-	}
-	return nil
+// envName returns the environment variable of a setting: HOTCOUNT_NAME,
+// with underscores for dots.
+func envName(name string) string {
+	return "HOTCOUNT_" + strings.ToUpper(strings.ReplaceAll(name, ".", "_"))
 }
 
-// envName returns the environment variable of a setting: HOTCOUNT_NAME.
-func envName(name string) string { return "HOTCOUNT_" + strings.ToUpper(name) }
-
-func known(name string) bool {
-	for _, n := range settingNames {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
-
-// readFile decodes the YAML file at path into cfg, strictly.
-func readFile(path string, cfg *serveConfig) error {
-	f, err := os.Open(path)
+// readFile checks the keys of the YAML file at path against the schema
+// for cmd, then decodes it into cfg, strictly. It returns the settings the
+// file sets.
+func readFile(path string, cfg *serveConfig, cmd cmdSet) ([]string, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil // an empty file sets nothing
+			return nil, nil // an empty file sets nothing
 		}
-		return err
+		return nil, err
 	}
-	var extra any
+	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return errors.New("more than one YAML document")
+		return nil, errors.New("more than one YAML document")
 	}
-	return nil
+	keys, err := checkFileKeys(&doc, cmd)
+	if err != nil {
+		return nil, err
+	}
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return keys, nil
 }
 
 func (c *serveConfig) applyDefaults() {
@@ -466,7 +484,7 @@ func (c *serveConfig) Validate() error {
 	// library validates them. serve always opens a durable store (SQLite
 	// or PostgreSQL), so durable mode is allowed.
 	if err := clientConfig(*c, plannedStore{}).Validate(); err != nil {
-		return fmt.Errorf("%w: namespaces or auto_n (from %s): %w", errInvalidConfig, c.Sources[setFile], err)
+		return fmt.Errorf("%w: %w (%s)", errInvalidConfig, err, c.librarySources())
 	}
 	return nil
 }
@@ -531,6 +549,23 @@ func (c *serveConfig) resolveTokens() error {
 	c.Token = single
 	c.TokenFile = ""
 	return nil
+}
+
+// librarySources names where the settings of the library came from.
+func (c *serveConfig) librarySources() string {
+	var out []string
+	for _, s := range settings {
+		if src := c.Sources[s.name]; s.lib != "" && src != "" && src != "default" && !strings.HasPrefix(s.lib, "Redis.") {
+			out = append(out, s.name+" from "+src)
+		}
+	}
+	if src := c.Sources[setAutoN]; src != "" {
+		out = append(out, "auto_n from "+src)
+	}
+	if len(out) == 0 {
+		return "the defaults"
+	}
+	return strings.Join(out, ", ")
 }
 
 // redisSources names where the redis_* settings came from.

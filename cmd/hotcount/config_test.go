@@ -146,7 +146,7 @@ func TestEmptyFileAndLoopback(t *testing.T) {
 // TestProxyKeys: the proxy's own settings, from every source, and the
 // per-namespace reply.
 func TestProxyKeys(t *testing.T) {
-	c, err := loadConfig(nil, env(nil))
+	c, err := loadConfigFor(cmdProxy, nil, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ namespaces:
   - {prefix: "likes:", buffered: true, reply: exact}
   - {prefix: "views:", reply: estimate}
 `)
-	c, err = loadConfig(map[string]string{setFile: file, setRESPListen: "127.0.0.1:6391"}, env(map[string]string{"HOTCOUNT_RESP_PASSWORD": "from-env"}))
+	c, err = loadConfigFor(cmdProxy, map[string]string{setFile: file, setRESPListen: "127.0.0.1:6391"}, env(map[string]string{"HOTCOUNT_RESP_PASSWORD": "from-env"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ namespaces:
 	if *c.RESPProcs != 2 || c.Sources[setRESPProcs] != "file "+file {
 		t.Fatalf("resp_procs %d from %q", *c.RESPProcs, c.Sources[setRESPProcs])
 	}
-	if c2, err := loadConfig(map[string]string{setFile: file}, env(map[string]string{"HOTCOUNT_RESP_PROCS": "0"})); err != nil || *c2.RESPProcs != 0 {
+	if c2, err := loadConfigFor(cmdProxy, map[string]string{setFile: file}, env(map[string]string{"HOTCOUNT_RESP_PROCS": "0"})); err != nil || *c2.RESPProcs != 0 {
 		t.Fatalf("HOTCOUNT_RESP_PROCS=0: %v", err)
 	}
 	if c.Sources[setAdminListen] != "file "+file || c.Listen != defaultListen {
@@ -197,7 +197,7 @@ namespaces:
 		if bad.body != "" {
 			flags = map[string]string{setFile: writeFile(t, bad.body)}
 		}
-		_, err := loadConfig(flags, env(nil))
+		_, err := loadConfigFor(cmdProxy, flags, env(nil))
 		if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v %q: error %v, want one naming %q", bad.flags, bad.body, err, bad.want)
 		}

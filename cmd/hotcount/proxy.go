@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -21,19 +20,6 @@ import (
 	"github.com/hotcount/hotcount/server"
 )
 
-// proxyFlags maps the proxy's flag names to the settings they set.
-var proxyFlags = map[string]string{
-	"resp-listen":   setRESPListen,
-	"admin-listen":  setAdminListen,
-	"resp-password": setRESPPassword,
-	"resp-procs":    setRESPProcs,
-	"redis":         setRedis,
-	"postgres":      setPostgres,
-	"data":          setData,
-	"mode":          setMode,
-	"config":        setFile,
-}
-
 // runProxy serves the Redis protocol: counter keys (those a namespace of
 // the config file matches) through the Client, every other key passed to
 // the cluster. It runs until ctx is cancelled (SIGINT or SIGTERM), then
@@ -41,30 +27,15 @@ var proxyFlags = map[string]string{
 // which flushes every buffered delta.
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("proxy", stdout, stderr)
-	fs.String("resp-listen", defaultRESPListen, "host:port to serve Redis clients on (port 0: any free port); env HOTCOUNT_RESP_LISTEN")
-	fs.String("redis", "", "Redis Cluster (or Redis) seed addresses, comma-separated; required; env HOTCOUNT_REDIS")
-	fs.String("admin-listen", defaultAdminListen, "host:port of the HTTP admin port (/metrics, /healthz, /readyz, the dashboard), or off; env HOTCOUNT_ADMIN_LISTEN")
-	fs.String("resp-password", "", "password Redis clients must AUTH with (not a Redis credential); env HOTCOUNT_RESP_PASSWORD")
-	fs.String("resp-procs", "", "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all (default 1; a GOMAXPROCS variable is kept when this is not set); env HOTCOUNT_RESP_PROCS")
-	fs.String("config", "", "YAML config file (resp_listen, admin_listen, resp_password, resp_procs, redis, redis_username and the other redis_* settings, postgres, mode, namespaces with reply); env HOTCOUNT_CONFIG")
-	fs.String("postgres", "", "PostgreSQL URL of the durable store (checkpoints, durable namespaces); env HOTCOUNT_POSTGRES")
-	fs.String("data", "", "folder of a SQLite durable store, for a single proxy (default: none); env HOTCOUNT_DATA")
-	fs.String("mode", defaultMode, "durability mode of namespaces that do not say: fast or durable; env HOTCOUNT_MODE")
-	registerRedisSecurity(fs)
+	registerFlags(fs, cmdProxy)
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		if s, ok := proxyFlags[f.Name]; ok {
-			set[s] = f.Value.String()
-		} else { // the redis_* login and TLS settings: serve's names
-			set[settingName(f.Name)] = f.Value.String()
-		}
-	})
-	cfg, err := loadConfig(set, os.LookupEnv)
+	fs.Visit(func(f *flag.Flag) { set[settingOfFlag(f.Name).name] = f.Value.String() })
+	cfg, err := loadConfigFor(cmdProxy, set, os.LookupEnv)
 	if err != nil {
-		return usagef(stderr, "proxy: %s", proxyFlagNames(err.Error()))
+		return usagef(stderr, "proxy: %v", err)
 	}
 	if len(cfg.Redis) == 0 {
 		return usagef(stderr, "proxy: --redis is required (the seeds of the Redis Cluster to front)")
@@ -73,18 +44,6 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "hotcount: warning: no namespaces in the config file: no key is a counter, every command passes through")
 	}
 	return serveProxy(ctx, cfg, stdout, stderr)
-}
-
-// proxyFlagNames writes the proxy's flag names in a configuration error
-// ("flag --resp_listen" is given as --resp-listen).
-func proxyFlagNames(msg string) string {
-	for flagName, setting := range proxyFlags {
-		msg = strings.ReplaceAll(msg, "flag --"+setting+")", "flag --"+flagName+")")
-	}
-	for _, f := range redisSecurityFlags {
-		msg = strings.ReplaceAll(msg, "flag --"+f.setting+")", "flag --"+flagName(f.setting)+")")
-	}
-	return msg
 }
 
 // proxyClientConfig is the Client configuration of the proxy (serve's)

@@ -68,8 +68,8 @@ func startProxyBinary(t *testing.T, bin string, args ...string) *proxyProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"proxy", "--resp-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = os.Environ()
-	for _, n := range settingNames {
-		cmd.Env = append(cmd.Env, envName(n)+"=")
+	for _, s := range settings {
+		cmd.Env = append(cmd.Env, s.env()+"=")
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

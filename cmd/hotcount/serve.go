@@ -30,28 +30,12 @@ const shutdownTimeout = 15 * time.Second
 // requests and closes the Client, which drains what it buffered.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", stdout, stderr)
-	str := func(name, def, usage string) { fs.String(flagName(name), def, usage+"; env "+envName(name)) }
-	boolean := func(name string, def bool, usage string) { fs.Bool(flagName(name), def, usage+"; env "+envName(name)) }
-	str(setListen, defaultListen, "host:port to serve on (port 0: any free port)")
-	str(setRedis, "", "Redis seed addresses, comma-separated (empty: the embedded store)")
-	str(setPostgres, "", "PostgreSQL URL of the durable store (instead of --data); TLS with ?sslmode=verify-full&sslrootcert=FILE")
-	str(setData, defaultData, "folder of the SQLite durable store, created if missing")
-	str(setMode, defaultMode, "durability mode of keys no namespace names: fast or durable")
-	str(setFile, "", "YAML config file (every setting, plus namespaces, tokens and auto_n)")
-	str(setToken, "", "bearer token with every scope (reads need it too); prefer --token-file, the environment or the file: a flag shows in ps")
-	str(setTokenFile, "", "file holding the bearer token with every scope")
-	boolean(setMetricsPublic, false, "serve /metrics without a token even when tokens are configured")
-	boolean(setDashboard, true, "serve the dashboard at /")
-	str(setLogFormat, defaultLogFormat, "log format on stderr: text or json")
-	boolean(setAccessLog, false, "log one line per request")
-	str(setTLSCert, "", "PEM certificate: serve HTTPS (with --tls-key)")
-	str(setTLSKey, "", "PEM key of --tls-cert")
-	registerRedisSecurity(fs)
+	registerFlags(fs, cmdServe)
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { set[settingName(f.Name)] = f.Value.String() })
+	fs.Visit(func(f *flag.Flag) { set[settingOfFlag(f.Name).name] = f.Value.String() })
 	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return fs.usagef("%v", err)
@@ -73,7 +57,8 @@ func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 	if hc.Redis.Addrs == nil && len(cfg.Redis) > 0 {
 		hc.Redis.Addrs = append([]string(nil), cfg.Redis...)
 	}
-	if a := cfg.AutoN; a != nil {
+	applyLibrary(&cfg, &hc)
+	if a := cfg.AutoN; cfg.autoNOn() {
 		hc.AutoN = hotcount.AutoNConfig{Enabled: true, Budget: a.Budget, MaxN: a.MaxN, Hysteresis: a.Hysteresis}
 	}
 	return hc
@@ -123,7 +108,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 		return drainReport(before, c.Stats()), err
 	}
 	budget := 0.0
-	if cfg.AutoN != nil {
+	if cfg.autoNOn() {
 		budget = cfg.AutoN.Budget
 	}
 	srv, err := server.New(server.Config{

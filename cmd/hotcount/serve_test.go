@@ -20,8 +20,8 @@ import (
 
 // clearServeEnv keeps the caller's HOTCOUNT_* variables out of the tests.
 func clearServeEnv(t *testing.T) {
-	for _, n := range settingNames {
-		t.Setenv(envName(n), "")
+	for _, s := range settings {
+		t.Setenv(s.env(), "")
 	}
 }
 

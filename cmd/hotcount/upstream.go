@@ -28,35 +28,6 @@ type redisSecurity struct {
 	ServerName   string `yaml:"redis_tls_server_name"`
 }
 
-// redisSecurityFlags are the flags of the Redis login and TLS settings of
-// serve and the proxy: setting, whether it is a switch, usage.
-var redisSecurityFlags = []struct {
-	setting string
-	boolean bool
-	usage   string
-}{
-	{setRedisUser, false, "Redis ACL user"},
-	{setRedisPass, false, "Redis password (prefer --redis-password-file or the environment)"},
-	{setRedisPassFile, false, "file holding the Redis password"},
-	{setRedisTLS, true, "connect to Redis with TLS (system roots unless --redis-tls-ca)"},
-	{setRedisCA, false, "PEM file of the CA of the Redis certificates (implies TLS)"},
-	{setRedisCert, false, "PEM client certificate for Redis (with --redis-tls-key; implies TLS)"},
-	{setRedisKey, false, "PEM key of --redis-tls-cert"},
-	{setRedisSNI, false, "name the Redis certificates are checked against (default: each address's host)"},
-}
-
-// registerRedisSecurity adds the flags of redisSecurityFlags to fs, each
-// usage naming its environment variable.
-func registerRedisSecurity(fs *flagSet) {
-	for _, f := range redisSecurityFlags {
-		if f.boolean {
-			fs.Bool(flagName(f.setting), false, f.usage+"; env "+envName(f.setting))
-		} else {
-			fs.String(flagName(f.setting), "", f.usage+"; env "+envName(f.setting))
-		}
-	}
-}
-
 // register adds the flags of a command that reaches Redis directly.
 func (r *redisSecurity) register(fs *flagSet) {
 	fs.StringVar(&r.Username, "redis-username", "", "Redis ACL user (with --redis-password-file or $HOTCOUNT_REDIS_PASSWORD)")

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"go.yaml.in/yaml/v3"
+)
+
+// referencePath is the configuration reference the schema generates.
+const referencePath = "../../docs/configuration.md"
+
+// TestConfigReference fails when docs/configuration.md is not what the
+// schema generates. HOTCOUNT_UPDATE_DOCS=1 writes it.
+func TestConfigReference(t *testing.T) {
+	want := configReference()
+	if os.Getenv("HOTCOUNT_UPDATE_DOCS") == "1" {
+		if err := os.WriteFile(referencePath, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(referencePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("docs/configuration.md is stale: write it again with HOTCOUNT_UPDATE_DOCS=1 go test -run TestConfigReference ./cmd/hotcount")
+	}
+	for _, s := range settings {
+		if !strings.Contains(want, "`"+s.name+"`") && !s.noFile {
+			t.Errorf("setting %s has no line in the reference", s.name)
+		}
+	}
+}
+
+// libPaths are the library fields the schema claims: settings' lib paths
+// (Defaults.X for the top-level namespace settings) and the namespace
+// fields (Namespace.X).
+func libPaths() map[string]bool {
+	claimed := map[string]bool{}
+	for _, s := range settings {
+		if s.lib != "" {
+			claimed["Config."+s.lib] = true
+		}
+	}
+	for _, f := range nsFields {
+		if f.lib != "" {
+			claimed["Namespace."+f.lib] = true
+		}
+	}
+	return claimed
+}
+
+// TestLibraryFieldsReachable walks hotcount.Config and hotcount.Namespace:
+// every field has a setting of the file, or the code-only marker. A new
+// field of the library fails it until it gets one of them.
+func TestLibraryFieldsReachable(t *testing.T) {
+	claimed := libPaths()
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			if !f.IsExported() || codeOnly(f) {
+				continue
+			}
+			p := path + f.Name
+			if claimed[p] || notSettings[p] != "" {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct && strings.HasPrefix(f.Type.PkgPath(), "github.com/hotcount/hotcount") {
+				walk(f.Type, p+".")
+				continue
+			}
+			t.Errorf("%s has no setting in cmd/hotcount/schema.go and no `config:\"code\"` marker", p)
+		}
+	}
+	walk(reflect.TypeOf(hotcount.Config{}), "Config.")
+	walk(reflect.TypeOf(hotcount.Namespace{}), "Namespace.")
+	ref := configReference()
+	for _, p := range codeOnlyFields() {
+		if !strings.Contains(ref, "`"+p+"`") {
+			t.Errorf("the reference does not list the code-only field %s", p)
+		}
+	}
+}
+
+// TestEverySettingReachesTheLibrary sets each setting that claims a field
+// of the library through its environment variable and checks that the
+// field of the Client's Config changed: a claim without an effect fails.
+func TestEverySettingReachesTheLibrary(t *testing.T) {
+	samples := map[string]string{"int": "7", "float": "123.5", "duration": "3s", "bool": "true", "fast or durable": "durable"}
+	for _, s := range settings {
+		if s.lib == "" || s.fileOnly || strings.HasPrefix(s.lib, "Redis.") {
+			continue
+		}
+		t.Run(s.name, func(t *testing.T) {
+			v, ok := samples[s.typ]
+			if !ok {
+				t.Fatalf("no sample value for type %q", s.typ)
+			}
+			if s.invert || s.def == "true" {
+				v = "false"
+			}
+			e := map[string]string{s.env(): v}
+			if s.lib == "Durability.RollupAge" {
+				e[s.env()] = "20m" // past the library's lower bound
+			}
+			cfg, err := loadConfig(nil, env(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hc := clientConfig(cfg, plannedStore{})
+			f := libField(reflect.ValueOf(hc), s.lib)
+			if f.IsZero() {
+				t.Fatalf("%s=%s left Config.%s at its zero value", s.env(), v, s.lib)
+			}
+		})
+	}
+}
+
+// TestFileKeys: unknown keys get the nearest known one; a key of the other
+// command is refused, naming it; the proxy refuses tokens.
+func TestFileKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cmd  cmdSet
+		body string
+		want string
+	}{
+		{"typo in a namespace", cmdServe, "namespaces:\n  - {prefix: \"a:\", bufferd: true}\n", `namespaces[0]: unknown key "bufferd" (did you mean "buffered"?)`},
+		{"typo at the top", cmdServe, "lisen: 127.0.0.1:1\n", `unknown key "lisen" (did you mean "listen"?)`},
+		{"typo in auto_n", cmdServe, "auto_n: {budgte: 5}\n", `auto_n: unknown key "budgte" (did you mean "budget"?)`},
+		{"typo in a token", cmdServe, "tokens: [{name: a, token: b, scope: [read]}]\n", `did you mean "scopes"?`},
+		{"nothing near", cmdServe, "zzzzzzzz: 1\n", `unknown key "zzzzzzzz"`},
+		{"proxy key in serve", cmdServe, "resp_listen: 127.0.0.1:6380\n", "resp_listen is a setting of hotcount proxy"},
+		{"reply in serve", cmdServe, "namespaces: [{prefix: a, reply: exact}]\n", "reply is a setting of hotcount proxy"},
+		{"listen in proxy", cmdProxy, "listen: 127.0.0.1:7070\n", "listen is a setting of hotcount serve"},
+		{"tokens in proxy", cmdProxy, "tokens: [{name: a, token: b, scopes: [read]}]\n", "tokens is a setting of hotcount serve, not of hotcount proxy; the proxy's admin port takes no tokens"},
+		{"config in the file", cmdServe, "config: other.yaml\n", `unknown key "config"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := map[string]string{setFile: writeFile(t, tc.body)}
+			if tc.cmd == cmdProxy {
+				flags[setRedis] = "127.0.0.1:1"
+			}
+			_, err := loadConfigFor(tc.cmd, flags, env(nil))
+			if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+	if near := nearest("bufferd", []string{"prefix", "buffered", "n"}); near != "buffered" {
+		t.Fatalf("nearest(bufferd) = %q", near)
+	}
+}
+
+// TestMessagesNameFlagsAsTyped runs serve with bad flags: the message
+// names the flag with dashes, as the user typed it.
+func TestMessagesNameFlagsAsTyped(t *testing.T) {
+	clearServeEnv(t)
+	dir := t.TempDir()
+	pem := filepath.Join(dir, "x.pem")
+	os.WriteFile(pem, []byte("not a certificate"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-format", "xml"}, "(from flag --log-format)"},
+		{[]string{"--tls-cert", pem, "--tls-key", pem}, "(from flag --tls-cert)"},
+		{[]string{"--token-file", filepath.Join(dir, "none")}, "(from flag --token-file)"},
+		{[]string{"--redis", "127.0.0.1:1", "--redis-password-file", filepath.Join(dir, "none")}, "redis_password_file from flag --redis-password-file"},
+		{[]string{"--auto-n-budget", "many"}, "(from flag --auto-n-budget)"},
+	} {
+		var out, errb bytes.Buffer
+		code := runServe(context.Background(), tc.args, &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), tc.want) || strings.Contains(errb.String(), "--log_format") {
+			t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+// TestSettingsFromEverySource: a namespace's ttl from the file reaches the
+// library; automatic N and the top-level namespace settings come from the
+// environment and flags too.
+func TestSettingsFromEverySource(t *testing.T) {
+	file := writeFile(t, "namespaces:\n  - {prefix: \"session:\", ttl: 48h, cold_start: false, hot_rate: 50}\nauto_n: {max_n: 32}\n")
+	cfg, err := loadConfig(map[string]string{setFile: file, "ttl": "1h"}, env(map[string]string{"HOTCOUNT_AUTO_N_BUDGET": "20000", "HOTCOUNT_N": "4"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := clientConfig(cfg, plannedStore{})
+	ns := hc.Namespaces[0]
+	if ns.TTL != 48*time.Hour || !ns.NoColdStart || ns.HotRate != 50 {
+		t.Fatalf("namespace %+v", ns)
+	}
+	if hc.Defaults.TTL != time.Hour || hc.Defaults.N != 4 || cfg.Sources["ttl"] != "flag --ttl" || cfg.Sources["n"] != "env HOTCOUNT_N" {
+		t.Fatalf("defaults %+v, sources %v", hc.Defaults, cfg.Sources)
+	}
+	if !hc.AutoN.Enabled || hc.AutoN.Budget != 20000 || hc.AutoN.MaxN != 32 {
+		t.Fatalf("auto_n %+v", hc.AutoN)
+	}
+	off, err := loadConfig(nil, env(map[string]string{"HOTCOUNT_AUTO_N_BUDGET": "20000", "HOTCOUNT_AUTO_N_ENABLED": "false"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clientConfig(off, plannedStore{}).AutoN.Enabled {
+		t.Fatal("auto_n.enabled false left automatic N on")
+	}
+}
+
+// TestReferenceExample: the example file of the reference uses only keys
+// of serve.
+func TestReferenceExample(t *testing.T) {
+	ref := configReference()
+	start := strings.Index(ref, "```yaml\n")
+	end := strings.Index(ref[start:], "```\n\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no example in the reference")
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(ref[start+len("```yaml\n"):start+end]), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkFileKeys(&doc, cmdServe); err != nil {
+		t.Fatal(err)
+	}
+}
