@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotcount/hotcount/buffer"
+	"github.com/hotcount/hotcount"
 )
 
 // budget is the input memory all connections hold beyond their first
@@ -70,9 +70,9 @@ const errQueryBuffer = "ERR Protocol error: query buffer limit reached (resp_que
 func init() {
 	metrics = append(metrics,
 		gaugeOf("hotcount_proxy_input_bytes", "Input held by client connections beyond their first read buffer, counted against resp_memory_budget.",
-			func(s *Server, _ *buffer.Stats) float64 { return float64(s.input.used.Load()) }),
+			func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.input.used.Load()) }),
 		gaugeOf("hotcount_proxy_input_budget_bytes", "The input memory budget (resp_memory_budget).",
-			func(s *Server, _ *buffer.Stats) float64 { return float64(s.input.limit) }),
+			func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.input.limit) }),
 		counterOf("hotcount_proxy_input_budget_waits_total", "Reads that waited for the input memory budget.",
 			func(st *stats) *atomic.Int64 { return &st.budgetWaits }),
 		counterOf("hotcount_proxy_input_budget_closes_total", "Connections closed because the input memory budget had no room in time.",
