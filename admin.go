@@ -7,12 +7,14 @@ import (
 	"github.com/hotcount/hotcount/keyspace"
 )
 
-// Resize changes the number of sub-counters of key to n (1..keyspace.MaxN).
-// Growing is safe at once (readers see the new labels before writers use
-// them); shrinking folds each removed sub-counter into a remaining one,
-// waiting out the metadata TTL first. Every step is idempotent and
-// journaled: a Resize interrupted anywhere is finished by Resume (or the
-// next Resize) without loss or duplication.
+// Resize changes the number of sub-counters of key to n (1..keyspace.MaxN)
+// and pins it there: automatic N and the cooling of a counter that turned
+// hot leave a pinned counter alone until Unpin. Growing is safe at once
+// (readers see the new labels before writers use them); shrinking folds
+// each removed sub-counter into a remaining one, waiting out the metadata
+// TTL first. Every step is idempotent and journaled: a Resize interrupted
+// anywhere is finished by Resume (or the next Resize) without loss or
+// duplication.
 func (c *Client) Resize(ctx context.Context, key string, n int) error {
 	if err := c.check(key); err != nil {
 		return err
@@ -21,6 +23,42 @@ func (c *Client) Resize(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("%w: n must be 1..%d, got %d", ErrInvalidN, keyspace.MaxN, n)
 	}
 	return c.eng.Resize(ctx, key, n)
+}
+
+// Unpin undoes the pin of Resize: automatic N and cooling size key again
+// (`hotcount resize --auto`). A counter that is not pinned is left as it is.
+func (c *Client) Unpin(ctx context.Context, key string) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	return c.eng.Unpin(ctx, key)
+}
+
+// Create gives a counter that does not exist yet (no metadata, nothing
+// counted) n sub-counters, pinned as Resize pins them, and reports true.
+// For a counter that exists with n sub-counters already it changes
+// nothing and reports false; with another number it fails with ErrExists.
+func (c *Client) Create(ctx context.Context, key string, n int) (created bool, err error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	if n < 1 || n > keyspace.MaxN {
+		return false, fmt.Errorf("%w: n must be 1..%d, got %d", ErrInvalidN, keyspace.MaxN, n)
+	}
+	rep, err := c.eng.Shards(ctx, key, 0)
+	if err != nil {
+		return false, err
+	}
+	if rep.Exists || c.eng.Pending(key) != 0 {
+		if rep.N == n {
+			return false, nil
+		}
+		return false, fmt.Errorf("%w: %q has n=%d, not %d", ErrExists, key, rep.N, n)
+	}
+	if err := c.eng.Resize(ctx, key, n); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Resume finishes any fold of key that was interrupted.
@@ -35,10 +73,20 @@ func (c *Client) Resume(ctx context.Context, key string) error {
 // slot, primary and value, and how many collide on a primary. It creates
 // no state.
 func (c *Client) Shards(ctx context.Context, key string) (ShardReport, error) {
+	return c.ShardsN(ctx, key, 0)
+}
+
+// ShardsN is Shards, except that for a counter that does not exist yet
+// (Exists false) it shows the placement n sub-counters would get (n 0: the
+// counter's default).
+func (c *Client) ShardsN(ctx context.Context, key string, n int) (ShardReport, error) {
 	if err := c.check(key); err != nil {
 		return ShardReport{}, err
 	}
-	return c.eng.Shards(ctx, key)
+	if n < 0 || n > keyspace.MaxN {
+		return ShardReport{}, fmt.Errorf("%w: n must be 1..%d, got %d", ErrInvalidN, keyspace.MaxN, n)
+	}
+	return c.eng.Shards(ctx, key, n)
 }
 
 // Rebalance moves key's sub-counters back onto distinct primaries after a

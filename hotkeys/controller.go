@@ -56,6 +56,9 @@ type ControllerConfig struct {
 	// meta.Manager.Labels). nil means the N this Controller last set, or
 	// BaseN for a key it has not resized.
 	Size func(ctx context.Context, key string) (int, error)
+	// Pinned reports whether key's N was set by hand: the controller
+	// leaves such a key alone. nil means no key is.
+	Pinned func(ctx context.Context, key string) (bool, error)
 	// BaseN returns key's configured N; keys never shrink below it (nor
 	// below Policy.MinN), but to one when HotRate sends them back cold.
 	// nil means Policy.MinN.
@@ -242,6 +245,17 @@ func (c *Controller) Evaluate(ctx context.Context) []Decision {
 			}
 			hot = append(hot, h)
 			continue
+		}
+		if c.cfg.Pinned != nil {
+			if pinned, err := c.cfg.Pinned(ctx, key); err != nil || pinned {
+				reason := "N pinned by a manual resize"
+				if err != nil {
+					reason = "pinned or not: " + err.Error()
+				}
+				hot = append(hot, HotKey{Key: key, Rate: rate, Reason: reason})
+				delete(c.states, key)
+				continue
+			}
 		}
 		base := c.baseN(key)
 		cur, err := c.size(ctx, key, base)

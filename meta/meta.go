@@ -38,6 +38,9 @@ var (
 	// ErrStragglers: a folded label still received writes after
 	// Config.MaxRounds rounds; the fold stays journaled and Resume retries.
 	ErrStragglers = errors.New("meta: folded label keeps receiving writes")
+	// ErrPinned: an automatic resize of a counter whose N was set by hand
+	// (see Meta.Pinned).
+	ErrPinned = errors.New("meta: the counter's N is pinned by a manual resize")
 )
 
 // Meta is the metadata record of one counter.
@@ -61,6 +64,10 @@ type Meta struct {
 	// change, so a record written after a clear or an expiry is told apart
 	// from the one before it even when their epochs meet.
 	Gen string `json:"gen,omitempty"`
+	// Pinned is set when N was chosen by hand (Manager.Pin): automatic N
+	// and cooling leave the counter alone (Manager.Resize refuses it)
+	// until Manager.Unpin.
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // FoldState is one journaled fold: moving the value of From into To.

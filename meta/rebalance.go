@@ -6,6 +6,7 @@ import (
 
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/placement"
+	"github.com/hotcount/hotcount/store"
 )
 
 // ShardReport is the placement report of one counter: where its
@@ -35,13 +36,29 @@ type ShardReport struct {
 	Shards []placement.Shard `json:"shards"`
 	// Folds lists the folds in progress.
 	Folds []FoldState `json:"folds,omitempty"`
+	// Pinned is true when N was set by hand (see Meta.Pinned): automatic
+	// N and cooling leave the counter alone.
+	Pinned bool `json:"pinned"`
+	// Exists is false for a counter that does not exist yet: no
+	// metadata, and nothing in its sub-counters. Its report shows the
+	// labels it would get.
+	Exists bool `json:"exists"`
 }
 
 // Shards reports key's labels, their slots, primaries and values. It
 // creates no state: a counter without metadata shows its default labels.
 func (m *Manager) Shards(ctx context.Context, key string) (ShardReport, error) {
+	return m.ShardsN(ctx, key, 0)
+}
+
+// ShardsN is Shards, except that a counter that does not exist yet shows
+// the placement n sub-counters would get (n 0: its default labels).
+func (m *Manager) ShardsN(ctx context.Context, key string, n int) (ShardReport, error) {
 	if err := keyspace.Validate(key); err != nil {
 		return ShardReport{}, err
+	}
+	if n < 0 || n > keyspace.MaxN {
+		return ShardReport{}, fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidN, n, keyspace.MaxN)
 	}
 	cur, err := m.load(ctx, key, false)
 	if err != nil {
@@ -51,6 +68,22 @@ func (m *Manager) Shards(ctx context.Context, key string) (ShardReport, error) {
 	if err != nil {
 		return ShardReport{}, err
 	}
+	r, err := m.report(ctx, t, key, cur)
+	if err != nil || r.Exists || n == 0 || n == len(cur.Write) {
+		return r, err
+	}
+	labels := coldSet
+	switch {
+	case m.cfg.Naive:
+		labels = keyspace.NaiveLabels(n)
+	case n > 1:
+		labels = placement.Extend(t, key, coldSet, n, nil)
+	}
+	return m.report(ctx, t, key, Meta{Write: labels, Read: labels})
+}
+
+// report is the ShardReport of record cur.
+func (m *Manager) report(ctx context.Context, t *store.Topology, key string, cur Meta) (ShardReport, error) {
 	subs := make([]string, len(cur.Read))
 	for i, l := range cur.Read {
 		subs[i] = keyspace.SubKey(key, l)
@@ -69,9 +102,12 @@ func (m *Manager) Shards(ctx context.Context, key string) (ShardReport, error) {
 		Collisions:    placement.Report(t, key, cur.Write, nil).Collisions,
 		Shards:        read.Shards,
 		Folds:         cur.clone().Folds,
+		Pinned:        cur.Pinned,
+		Exists:        cur.Epoch > 0,
 	}
 	for _, v := range vals {
 		r.Value += v
+		r.Exists = r.Exists || v != 0
 	}
 	return r, nil
 }

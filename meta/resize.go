@@ -14,16 +14,72 @@ import (
 	"github.com/hotcount/hotcount/placement"
 )
 
-// Resize changes key's number of sub-counters to n. Growing adds placed
+// Resize changes key's number of sub-counters to n: the automatic resize
+// (hot counters growing, cool ones folding back). Growing adds placed
 // labels (two steps, one TTL apart); shrinking folds the removed labels
 // into the remaining ones and returns when the folds are complete, which
 // takes at least TTL+Margin. A fold journaled earlier is finished first.
+// A counter pinned by Pin is refused with ErrPinned.
 func (m *Manager) Resize(ctx context.Context, key string, n int) error {
+	return m.resize(ctx, key, n, false)
+}
+
+// Pin changes key's number of sub-counters to n as Resize does and pins
+// it there (Meta.Pinned): Resize refuses the counter until Unpin. A
+// counter without a record gets one, whatever n is.
+func (m *Manager) Pin(ctx context.Context, key string, n int) error {
+	return m.resize(ctx, key, n, true)
+}
+
+// Unpin lets automatic resizes change key again. A cold counter back at
+// its one sub-counter loses its record, as an automatic fold leaves it.
+func (m *Manager) Unpin(ctx context.Context, key string) error {
+	if err := keyspace.Validate(key); err != nil {
+		return err
+	}
+	if _, err := m.update(ctx, key, func(mt *Meta) error {
+		if mt.Epoch == 0 || !mt.Pinned {
+			return errNoChange
+		}
+		mt.Pinned = false
+		return nil
+	}); err != nil {
+		return err
+	}
+	return m.dropCold(ctx, key)
+}
+
+// Pinned reports whether key's N is pinned, from the cached record when it
+// is fresh.
+func (m *Manager) Pinned(ctx context.Context, key string) (bool, error) {
+	if v, ok := m.cache.Load(key); ok {
+		e := v.(*entry)
+		if age := m.cfg.Clock.Now().Sub(e.at); age >= 0 && age < m.cfg.TTL && !e.gone {
+			return e.m.Pinned, nil
+		}
+	}
+	mt, err := m.load(ctx, key, false)
+	return mt.Pinned, err
+}
+
+func (m *Manager) resize(ctx context.Context, key string, n int, pin bool) error {
 	if err := keyspace.Validate(key); err != nil {
 		return err
 	}
 	if n < 1 || n > keyspace.MaxN {
 		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidN, n, keyspace.MaxN)
+	}
+	if pin {
+		// Pinned first, so that no automatic resize starts meanwhile.
+		if _, err := m.update(ctx, key, func(mt *Meta) error {
+			if mt.Epoch > 0 && mt.Pinned {
+				return errNoChange
+			}
+			mt.Pinned = true
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	if err := m.Resume(ctx, key); err != nil {
 		return err
@@ -31,6 +87,9 @@ func (m *Manager) Resize(ctx context.Context, key string, n int) error {
 	cur, err := m.load(ctx, key, false)
 	if err != nil {
 		return err
+	}
+	if cur.Pinned && !pin {
+		return fmt.Errorf("%w: %q", ErrPinned, key)
 	}
 	t, err := m.topology(ctx)
 	if err != nil {
@@ -86,7 +145,7 @@ func (m *Manager) dropCold(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
-		if !found || !slices.Equal(cur.Write, coldSet) || !slices.Equal(cur.Read, coldSet) || len(cur.Folds) > 0 {
+		if !found || cur.Pinned || !slices.Equal(cur.Write, coldSet) || !slices.Equal(cur.Read, coldSet) || len(cur.Folds) > 0 {
 			return nil
 		}
 		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)

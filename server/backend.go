@@ -20,7 +20,10 @@ type Backend interface {
 	Mode(key string) hotcount.Mode
 	Namespace(key string) (hotcount.Namespace, bool)
 	Shards(ctx context.Context, key string) (hotcount.ShardReport, error)
+	ShardsN(ctx context.Context, key string, n int) (hotcount.ShardReport, error)
 	Resize(ctx context.Context, key string, n int) error
+	Unpin(ctx context.Context, key string) error
+	Create(ctx context.Context, key string, n int) (bool, error)
 	Expire(ctx context.Context, key string, at time.Time) (bool, error)
 	Persist(ctx context.Context, key string) (bool, error)
 	Deadline(ctx context.Context, key string) (time.Time, bool, error)

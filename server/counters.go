@@ -10,14 +10,16 @@ import (
 )
 
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
+// "n" creates a counter that does not exist yet with n sub-counters,
+// pinned (409 when it exists with another n).
 func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	key, err := pathKey(r)
 	if err != nil {
 		return err
 	}
-	var byp *int64
+	var byp, n *int64
 	var id *string
-	if err := decodeObject(w, r, s.cfg.MaxBody, true, intField("by", &byp), stringField("id", &id)); err != nil {
+	if err := decodeObject(w, r, s.cfg.MaxBody, true, intField("by", &byp), stringField("id", &id), intField("n", &n)); err != nil {
 		return err
 	}
 	by := int64(1)
@@ -27,10 +29,23 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	if by == 0 {
 		return badRequest("by must not be 0")
 	}
+	if n != nil && (*n < 1 || *n > keyspace.MaxN) {
+		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *n)
+	}
 	if id != nil {
 		if err := validID(*id); err != nil {
 			return err
 		}
+	}
+	if n != nil {
+		start := time.Now()
+		_, err := s.c.Create(r.Context(), key, int(*n))
+		s.metrics.since(opResize, start)
+		if err != nil {
+			return err
+		}
+	}
+	if id != nil {
 		start := time.Now()
 		err = s.c.IncrID(r.Context(), key, by, *id)
 		s.metrics.since(opIncrID, start)
@@ -150,8 +165,16 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	n := 0
+	if v := r.URL.Query().Get("n"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		if err != nil || n < 1 || n > keyspace.MaxN {
+			return badRequest("n must be an integer 1..%d, got %q", keyspace.MaxN, v)
+		}
+	}
 	start := time.Now()
-	rep, err := s.c.Shards(r.Context(), key)
+	rep, err := s.c.ShardsN(r.Context(), key, n)
 	s.metrics.since(opShards, start)
 	if err != nil {
 		return err
@@ -160,24 +183,34 @@ func (s *Server) handleShards(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// handleResize changes a counter's number of sub-counters.
+// handleResize changes a counter's number of sub-counters and pins it
+// ({"n": K}), or unpins it ({"auto": true}).
 func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	key, err := pathKey(r)
 	if err != nil {
 		return err
 	}
 	var n *int64
-	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("n", &n)); err != nil {
+	var auto *bool
+	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("n", &n), boolField("auto", &auto)); err != nil {
 		return err
 	}
 	switch {
-	case n == nil:
+	case auto != nil && n != nil:
+		return badRequest("give n or auto, not both")
+	case auto != nil && !*auto:
+		return badRequest("auto must be true (give n to pin a number)")
+	case auto == nil && n == nil:
 		return badRequest("n is required")
-	case *n < 1 || *n > keyspace.MaxN:
+	case n != nil && (*n < 1 || *n > keyspace.MaxN):
 		return badRequest("n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
 	start := time.Now()
-	err = s.c.Resize(r.Context(), key, int(*n))
+	if auto != nil {
+		err = s.c.Unpin(r.Context(), key)
+	} else {
+		err = s.c.Resize(r.Context(), key, int(*n))
+	}
 	s.metrics.since(opResize, start)
 	if err != nil {
 		return err

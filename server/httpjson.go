@@ -116,7 +116,7 @@ func classify(err error) (int, string, string) {
 		return http.StatusBadRequest, classBadRequest, err.Error()
 	case errors.Is(err, hotcount.ErrOverflow):
 		return http.StatusConflict, classOverflow, err.Error()
-	case errors.Is(err, hotcount.ErrConflict):
+	case errors.Is(err, hotcount.ErrConflict), errors.Is(err, hotcount.ErrExists):
 		return http.StatusConflict, classConflict, err.Error()
 	case errors.Is(err, hotcount.ErrIDConflict):
 		return http.StatusConflict, classIDConflict, err.Error()
@@ -286,6 +286,18 @@ func intField(name string, dst **int64) field {
 		var v int64
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return badRequest("%s must be an integer in the int64 range, got %.40s", name, raw)
+		}
+		*dst = &v
+		return nil
+	}}
+}
+
+// boolField is a member holding true or false.
+func boolField(name string, dst **bool) field {
+	return field{name: name, set: func(raw json.RawMessage) error {
+		var v bool
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return badRequest("%s must be true or false, got %.40s", name, raw)
 		}
 		*dst = &v
 		return nil

@@ -210,7 +210,7 @@ func (s *Server) table() []route {
 		{pattern: "GET /v1/counters/{key}", h: s.handleGet, scope: ScopeRead, keyed: true, api: true, params: []string{"consistency"}},
 		{pattern: "DELETE /v1/counters/{key}", h: s.handleClear, scope: ScopeAdmin, keyed: true, api: true},
 		{pattern: "POST /v1/counters:get", h: s.handleGetMulti, scope: ScopeRead, api: true}, // keys checked in the handler
-		{pattern: "GET /v1/counters/{key}/shards", h: s.handleShards, scope: ScopeAdmin, keyed: true, api: true},
+		{pattern: "GET /v1/counters/{key}/shards", h: s.handleShards, scope: ScopeAdmin, keyed: true, api: true, params: []string{"n"}},
 		{pattern: "PUT /v1/counters/{key}/shards", h: s.handleResize, scope: ScopeAdmin, keyed: true, api: true},
 		{pattern: "GET /v1/counters/{key}/ttl", h: s.handleGetTTL, scope: ScopeRead, keyed: true, api: true},
 		{pattern: "PUT /v1/counters/{key}/ttl", h: s.handleSetTTL, scope: ScopeAdmin, keyed: true, api: true},

@@ -40,15 +40,17 @@ const (
 	envRedisPass   = "HOTCOUNT_REDIS_PASSWORD"
 )
 
-func (b *backendFlags) register(fs *flagSet, withN bool) {
+// register adds the backend flags to fs, and --n with usage withN unless
+// it is empty.
+func (b *backendFlags) register(fs *flagSet, withN string) {
 	b.fs = fs
 	fs.StringVar(&b.server, "server", "", "URL of a running `hotcount serve`; default $"+envServer+", else "+DefaultServer+" (unless --redis or $"+envRedis+" is given)")
 	fs.StringVar(&b.token, "token", "", "bearer token for --server; default $"+envClientToken+" (a flag shows in ps)")
 	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the bearer token for --server")
 	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated, to work on a cluster directly; default $"+envRedis)
 	b.sec.register(fs)
-	if withN {
-		fs.IntVar(&b.n, "n", hotcount.DefaultN, "number of sub-counters of a counter that has no metadata yet")
+	if withN != "" {
+		fs.IntVar(&b.n, "n", 0, withN)
 	}
 }
 
@@ -127,12 +129,15 @@ func (b *backendFlags) redisConfig() (hotcount.RedisConfig, error) {
 }
 
 func (b *backendFlags) open(ctx context.Context, rc hotcount.RedisConfig) (*hotcount.Client, error) {
-	return hotcount.New(ctx, hotcount.Config{Redis: rc, Defaults: hotcount.Namespace{N: b.n}, Reads: hotcount.ReadConfig{NoCache: true}})
+	return hotcount.New(ctx, hotcount.Config{Redis: rc, Reads: hotcount.ReadConfig{NoCache: true}})
 }
 
-// checkN rejects an N outside 1..MaxN.
+// checkN rejects an --n outside 1..MaxN (b.n stays 0 when --n is not
+// given).
 func (b *backendFlags) checkN() (int, bool) {
-	if b.n < 1 || b.n > keyspace.MaxN {
+	given := false
+	b.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "n" })
+	if given && (b.n < 1 || b.n > keyspace.MaxN) {
 		return b.fs.usagef("--n must be 1..%d, got %d", keyspace.MaxN, b.n), false
 	}
 	return 0, true
@@ -155,7 +160,7 @@ func (b *backendFlags) connect() (rem *remote, rc hotcount.RedisConfig, code int
 func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("incr", stdout, stderr)
 	var b backendFlags
-	b.register(fs, true)
+	b.register(fs, "for a counter that does not exist yet: create it with this many sub-counters (1..1024), pinned as resize pins them; refused when it exists with another number")
 	key := fs.String("key", "", "counter key (required)")
 	by := fs.Int64("by", 1, "delta to add (non-zero)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -177,7 +182,11 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if rem != nil {
 		var out map[string]any
-		if err := rem.do(ctx, "POST", counterPath(*key, "/incr"), map[string]int64{"by": *by}, &out); err != nil {
+		body := map[string]int64{"by": *by}
+		if b.n > 0 {
+			body["n"] = int64(b.n)
+		}
+		if err := rem.do(ctx, "POST", counterPath(*key, "/incr"), body, &out); err != nil {
 			return remoteFailure(stderr, "incr", err)
 		}
 		if *asJSON {
@@ -191,6 +200,14 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return openFailure(stderr, "incr", err)
 	}
 	defer c.Close(context.Background())
+	if b.n > 0 {
+		if _, err := c.Create(ctx, *key, b.n); err != nil {
+			if errors.Is(err, hotcount.ErrExists) {
+				return fs.usagef("%v (--n applies to a counter that does not exist yet; resize changes it)", err)
+			}
+			return fs.failf("%v", err)
+		}
+	}
 	if err := c.Incr(ctx, *key, *by); err != nil {
 		if errors.Is(err, hotcount.ErrOverflow) {
 			return fs.usagef("%v", err)
@@ -207,13 +224,10 @@ func runIncr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("get", stdout, stderr)
 	var b backendFlags
-	b.register(fs, true)
+	b.register(fs, "")
 	key := fs.String("key", "", "counter key (required)")
 	asJSON := fs.Bool("json", false, `print JSON: {"key", "value", "stale_ms"}`)
 	if code, done := fs.parse(args); done {
-		return code
-	}
-	if code, ok := b.checkN(); !ok {
 		return code
 	}
 	if *key == "" {

@@ -94,7 +94,7 @@ func TestCLIDefaultsToServer(t *testing.T) {
 	t.Setenv(envServer, "")
 	var b backendFlags
 	fs := newFlagSet("get", nil, nil)
-	b.register(fs, true)
+	b.register(fs, "n")
 	if _, done := fs.parse(nil); done {
 		t.Fatal("parse")
 	}
@@ -129,7 +129,7 @@ func TestCLIRedisFromEnv(t *testing.T) {
 			var b backendFlags
 			var errb strings.Builder
 			fs := newFlagSet("get", &errb, &errb)
-			b.register(fs, true)
+			b.register(fs, "n")
 			if _, done := fs.parse(tc.args); done {
 				t.Fatal("parse")
 			}
@@ -147,5 +147,38 @@ func TestCLIRedisFromEnv(t *testing.T) {
 	t.Setenv(envRedis, "nohost")
 	if code, _, stderr := runCLI("get", "--key", "a"); code != exitUsage || !strings.Contains(stderr, "nohost") {
 		t.Fatalf("$%s=nohost: exit %d %q", envRedis, code, stderr)
+	}
+}
+
+// TestCLIFlagN: --n creates a counter that does not exist yet with that
+// many sub-counters, pinned, through the server; shards --n shows what a
+// counter that does not exist would get and says so; --n on a counter
+// that exists with another N, and --n on get, are usage errors.
+func TestCLIFlagN(t *testing.T) {
+	clearBackendEnv(t)
+	t.Setenv(envServer, startTestServer(t))
+	if code, out, stderr := runCLI("incr", "--key", "flag:new", "--n", "8"); code != exitOK {
+		t.Fatalf("incr --n 8: exit %d %q %s", code, out, stderr)
+	}
+	code, out, stderr := runCLI("shards", "--key", "flag:new", "--json")
+	var rep hotcount.ShardReport
+	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 8 || !rep.Pinned || rep.Value != 1 {
+		t.Fatalf("shards after incr --n 8: exit %d %q %s; want n 8, pinned, value 1", code, out, stderr)
+	}
+	if code, out, stderr := runCLI("incr", "--key", "flag:new", "--n", "3"); code != exitUsage || !strings.Contains(stderr, "n=8") {
+		t.Fatalf("incr --n 3 on a counter with n 8: exit %d %q %s; want exit 2", code, out, stderr)
+	}
+	if code, out, stderr := runCLI("incr", "--key", "flag:new", "--n", "8"); code != exitOK {
+		t.Fatalf("incr --n 8 again: exit %d %q %s", code, out, stderr)
+	}
+	code, out, stderr = runCLI("shards", "--key", "flag:absent", "--n", "6")
+	if code != exitOK || !strings.Contains(out, "n=6") || !strings.Contains(out, "does not exist") || strings.Count(out, "{flag:absent#") != 6 {
+		t.Fatalf("shards --n 6 of a counter that does not exist: exit %d %q %s", code, out, stderr)
+	}
+	if code, _, _ := runCLI("get", "--key", "flag:new", "--n", "2"); code != exitUsage {
+		t.Fatalf("get --n: exit %d, want 2", code)
+	}
+	if code, out, stderr := runCLI("resize", "--key", "flag:new", "--auto"); code != exitOK || !strings.Contains(out, "pinned=false") {
+		t.Fatalf("resize --auto: exit %d %q %s", code, out, stderr)
 	}
 }

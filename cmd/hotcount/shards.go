@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/hotcount/hotcount"
@@ -14,7 +15,7 @@ import (
 func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("shards", stdout, stderr)
 	var b backendFlags
-	b.register(fs, true)
+	b.register(fs, "for a counter that does not exist yet: show the placement this many sub-counters (1..1024) would get")
 	key := fs.String("key", "", "counter key (required)")
 	asJSON := fs.Bool("json", false, `print the report as JSON, with the HTTP API's field names: {"key","n","read_n","epoch","value","distinct_nodes","collisions","shards":[{"label","key","slot","node","value"}]}`)
 	rebalance := fs.Bool("rebalance", false, "first move colliding sub-counters back onto distinct primaries (with --redis)")
@@ -39,7 +40,11 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var out hotcount.ShardReport
 	if rem != nil {
-		if err := rem.do(ctx, "GET", counterPath(*key, "/shards"), nil, &out); err != nil {
+		path := counterPath(*key, "/shards")
+		if b.n > 0 {
+			path += "?n=" + strconv.Itoa(b.n)
+		}
+		if err := rem.do(ctx, "GET", path, nil, &out); err != nil {
 			return remoteFailure(stderr, "shards", err)
 		}
 	} else {
@@ -57,7 +62,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				fmt.Fprintln(stdout, "rebalanced: colliding sub-counters folded onto distinct primaries")
 			}
 		}
-		if out, err = c.Shards(ctx, *key); err != nil {
+		if out, err = c.ShardsN(ctx, *key, b.n); err != nil {
 			return fs.failf("%v", err)
 		}
 	}
@@ -67,8 +72,13 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *asJSON {
 		return printJSON(stdout, stderr, out)
 	}
-	fmt.Fprintf(stdout, "%s: n=%d read_n=%d epoch=%d value=%d distinct_nodes=%d collisions=%d\n",
-		out.Key, out.N, out.ReadN, out.Epoch, out.Value, out.DistinctNodes, out.Collisions)
+	fmt.Fprintf(stdout, "%s: n=%d read_n=%d epoch=%d value=%d distinct_nodes=%d collisions=%d pinned=%t\n",
+		out.Key, out.N, out.ReadN, out.Epoch, out.Value, out.DistinctNodes, out.Collisions, out.Pinned)
+	if !out.Exists {
+		fmt.Fprintf(stdout, "%s does not exist yet: the placement it would get with n=%d\n", out.Key, out.N)
+	} else if b.n > 0 && b.n != out.N {
+		fmt.Fprintf(stdout, "%s exists with n=%d: --n applies to a counter that does not exist yet (resize changes it)\n", out.Key, out.N)
+	}
 	fmt.Fprintf(stdout, "%-6s %-6s %-22s %12s  %s\n", "label", "slot", "node", "value", "sub-key")
 	for _, s := range out.Shards {
 		fmt.Fprintf(stdout, "%-6s %-6d %-22s %12d  %s\n", s.Label, s.Slot, s.Node, s.Value, s.Key)
@@ -93,9 +103,10 @@ func shellQuote(s string) string {
 func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("resize", stdout, stderr)
 	var b backendFlags
-	b.register(fs, false)
+	b.register(fs, "")
 	key := fs.String("key", "", "counter key (required)")
-	n := fs.Int("n", 0, fmt.Sprintf("new number of sub-counters (required, 1..%d)", keyspace.MaxN))
+	n := fs.Int("n", 0, fmt.Sprintf("new number of sub-counters (1..%d), pinned: automatic N and cooling leave the counter alone until --auto", keyspace.MaxN))
+	auto := fs.Bool("auto", false, "unpin instead: automatic N and cooling size the counter again")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, done := fs.parse(args); done {
 		return code
@@ -103,7 +114,9 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	switch {
 	case *key == "":
 		return fs.usagef("--key is required")
-	case *n < 1 || *n > keyspace.MaxN:
+	case *auto && *n != 0:
+		return fs.usagef("give --n or --auto, not both")
+	case !*auto && (*n < 1 || *n > keyspace.MaxN):
 		return fs.usagef("--n must be 1..%d, got %d", keyspace.MaxN, *n)
 	}
 	if err := hotcount.ValidateKey(*key); err != nil {
@@ -115,7 +128,11 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if rem != nil {
 		var rep hotcount.ShardReport
-		if err := rem.do(ctx, "PUT", counterPath(*key, "/shards"), map[string]int{"n": *n}, &rep); err != nil {
+		var body any = map[string]int{"n": *n}
+		if *auto {
+			body = map[string]bool{"auto": true}
+		}
+		if err := rem.do(ctx, "PUT", counterPath(*key, "/shards"), body, &rep); err != nil {
 			return remoteFailure(stderr, "resize", err)
 		}
 		return printResized(stdout, stderr, rep, *asJSON)
@@ -125,7 +142,12 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return openFailure(stderr, "resize", err)
 	}
 	defer c.Close(context.Background())
-	if err := c.Resize(ctx, *key, *n); err != nil {
+	if *auto {
+		err = c.Unpin(ctx, *key)
+	} else {
+		err = c.Resize(ctx, *key, *n)
+	}
+	if err != nil {
 		return fs.failf("%v", err)
 	}
 	rep, err := c.Shards(ctx, *key)
@@ -145,6 +167,6 @@ func printResized(stdout, stderr io.Writer, rep hotcount.ShardReport, asJSON boo
 	for i, s := range rep.Shards {
 		labels[i] = s.Label
 	}
-	fmt.Fprintf(stdout, "%s: n=%d read_n=%d labels=%v\n", rep.Key, rep.N, rep.ReadN, labels)
+	fmt.Fprintf(stdout, "%s: n=%d read_n=%d labels=%v pinned=%t\n", rep.Key, rep.N, rep.ReadN, labels, rep.Pinned)
 	return exitOK
 }

@@ -111,7 +111,8 @@ func New(cfg Config) (*Scaler, error) {
 				w, _, err := m.Labels(ctx, key)
 				return len(w), err
 			},
-			BaseN: func(key string) int { return ns.Lookup(key).N },
+			Pinned: m.Pinned,
+			BaseN:  func(key string) int { return ns.Lookup(key).N },
 			HotRate: func(key string) float64 {
 				if n := ns.Lookup(key); !n.NoColdStart && !cfg.NaiveLabels {
 					return n.HotRate

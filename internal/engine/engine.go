@@ -245,7 +245,8 @@ func (e *Engine) readSets(ctx context.Context, keys []string) ([][]string, error
 	return sets, err
 }
 
-// Resize changes key's number of sub-counters (see meta.Manager.Resize).
+// Resize changes key's number of sub-counters and pins it there (see
+// meta.Manager.Pin).
 func (e *Engine) Resize(ctx context.Context, key string, n int) error {
 	if e.meta == nil {
 		return ErrNoMetadata
@@ -254,7 +255,7 @@ func (e *Engine) Resize(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("resize %q: %w: another resize of it is under way in this process", key, ErrConflict)
 	}
 	defer e.resizing.Delete(key)
-	err := e.meta.Resize(ctx, key, n)
+	err := e.meta.Pin(ctx, key, n)
 	e.cache.drop(key)
 	switch {
 	case errors.Is(err, meta.ErrConflict):
@@ -273,12 +274,28 @@ func (e *Engine) Resume(ctx context.Context, key string) error {
 	return e.meta.Resume(ctx, key)
 }
 
-// Shards reports where key's sub-counters live.
-func (e *Engine) Shards(ctx context.Context, key string) (meta.ShardReport, error) {
+// Unpin lets automatic N and cooling resize key again (see
+// meta.Manager.Unpin).
+func (e *Engine) Unpin(ctx context.Context, key string) error {
+	if e.meta == nil {
+		return ErrNoMetadata
+	}
+	err := e.meta.Unpin(ctx, key)
+	e.cache.drop(key)
+	if err != nil {
+		return fmt.Errorf("unpin %q: %w", key, err)
+	}
+	return nil
+}
+
+// Shards reports where key's sub-counters live; a counter that does not
+// exist yet shows the placement n sub-counters would get (n 0: its
+// default).
+func (e *Engine) Shards(ctx context.Context, key string, n int) (meta.ShardReport, error) {
 	if e.meta == nil {
 		return meta.ShardReport{}, ErrNoMetadata
 	}
-	return e.meta.Shards(ctx, key)
+	return e.meta.ShardsN(ctx, key, n)
 }
 
 // Rebalance moves key's sub-counters back onto distinct primaries.
