@@ -108,9 +108,10 @@ Examples:
   hotcount get --server http://127.0.0.1:7070 --key likes:post:42 --json
   hotcount plan --rate 40000 --node-capacity 10000 --nodes 20 --procs 100 --flush 500ms --json
   hotcount cluster up --dir /tmp/hc --port 7100    a local 3-primary Redis Cluster; prints its seeds
-  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined
+  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 20 --duration 2s --rounds 1
+                                                   the four modes side by side, about 15 s (3 rounds of 10 s per mode without the last flags)
   hotcount shards --redis 127.0.0.1:7100 --key likes:post:42
-  hotcount proxy --redis 127.0.0.1:7100 --config proxy.yaml   Redis clients on 127.0.0.1:6380; admin on 127.0.0.1:7071
+  hotcount proxy --redis 127.0.0.1:7100             Redis clients on 127.0.0.1:6380; admin on 127.0.0.1:7071
   hotcount cluster down --dir /tmp/hc
   hotcount cluster up --dir /tmp/hc8 --port 7200 --primaries 8 --replicas 0 --node-cpu 1%
                                                    8 primaries, each under a 1% CPU quota (cgroup; root)

@@ -1,0 +1,28 @@
+// Package docsrun holds the tests that keep the documentation true: they
+// run the examples the docs show and check the links between the Markdown
+// files. It has no code of its own.
+//
+// TestDocsRun builds the hotcount command and runs, in a fresh folder each,
+// the shell blocks of README.md (the Quick start) and docs/cli.md, and
+// every example of `hotcount --help`, in order:
+//
+//   - A ```sh block is a list of commands, one a line (a trailing
+//     backslash continues it; a "  # comment" after it is dropped). A
+//     ```console block holds commands after "$ " and, under each, the
+//     output the doc shows; the output must match, with volatile fields
+//     (stale_ms) masked.
+//   - Every command must exit 0. `hotcount serve` and `hotcount proxy` run
+//     until the end of their doc, on free ports: the test waits for them
+//     to listen, maps the addresses the doc names (127.0.0.1:7070,
+//     127.0.0.1:6380, ...) to the real ones, and at the end stops them
+//     with SIGTERM, expecting exit 0. `hotcount cluster up --port P` runs
+//     on free ports ("--port 0") in a temporary --dir, and the doc's
+//     127.0.0.1:P is mapped to the first seed it prints.
+//   - A block preceded by the line `<!-- docs-run: skip: REASON -->` is not
+//     run; the reason must be given. Examples of the help that cannot run
+//     here (CPU quotas need root and cgroups) are listed with their reason
+//     in the test.
+//
+// TestMarkdownLinks checks every relative link of every Markdown file of
+// the repository: the file exists and, for a #fragment, the heading does.
+package docsrun
