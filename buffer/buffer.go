@@ -50,8 +50,16 @@
 // already; a cell with lanes does not count). At a cut, a key with at
 // least Config.HotAt Adds since the previous cut is hot, and stays hot
 // while it gets at least half as many; a cell with lanes is hot. A hot
-// key's op carries a random 128-bit token, guarded by the token key
-// keyspace.AuxKey(key, label, "tok", token), and is exactly-once. A cold
+// key's op is exactly-once by writer sequence: the buffer has a writer id
+// (96 random bits from crypto/rand) and numbers its hot ops 1, 2, 3, ...;
+// the sink applies an op only if its number is above the last one it
+// recorded for that writer in the sub-counter's hash
+// keyspace.SeqKey(key, label), and records it in the same step. A key has
+// at most one op in flight (a second op, which Close may cut, waits for
+// the first), so a writer's ops reach each sub-counter in order, and the
+// idempotency state is one hash field per writer and hot sub-counter,
+// kept for Config.TokenTTL after its last write, however many flushes
+// there were. A cold
 // key gets about one Add per interval, so coalescing saves it nothing: its
 // op is one plain INCRBY, with no script and no extra key, as an
 // unbuffered increment would be. A cold op that failed before it was sent
@@ -59,20 +67,23 @@
 // (store.ErrNoReply) may have been applied, so it is dropped, counted in
 // Stats.ColdDropped and Stats.ColdDroppedDelta and reported, never sent
 // twice. A cold op whose sub-counter takes a deadline (Config.ExpireAt)
-// goes with a token, since a plain INCRBY cannot set it in the same step.
+// is sequenced, since a plain INCRBY cannot set it in the same step.
 //
-// A failed op keeps its label, token and delta and is retried, with a
-// backoff that starts at Interval and doubles up to Config.MaxBackoff,
-// until the sink acknowledges it. The sink applies a token at most once, so
-// a retry after a timeout or a lost reply never double-counts: a result
+// A failed op keeps its label, sequence number and delta and is retried,
+// with a backoff that starts at Interval and doubles up to
+// Config.MaxBackoff, until the sink acknowledges it (a cold op that got no
+// reply excepted, see above). The sink applies a sequence number at most
+// once, so a retry of a hot op after a timeout or a lost reply never
+// double-counts: a result
 // with Applied false and no error means an earlier attempt was applied, and
 // counts as success. While a key has an op in flight, its new deltas keep
 // accumulating in its cell and are cut only after the op is acknowledged,
 // so a key holds at most one op and one cell.
 //
-// Ops the sink rejects for good (store.ErrOverflow or store.ErrNotInteger
-// on the sub-counter) are not dropped and not re-routed: they stay pending
-// with their token, are retried with backoff, counted in
+// An op the sink refuses with store.ErrOverflow can never land: it is
+// dropped and counted (Stats.Dropped). Ops rejected with
+// store.ErrNotInteger are not dropped and not re-routed: they stay pending
+// with their sequence number, are retried with backoff, counted in
 // Stats.PermanentErrors and reported to Config.OnError on every attempt,
 // and the key's later deltas wait behind them, visible in Stats.Unflushed
 // and Stats.OldestUnflushed, until the sub-counter accepts the delta.
@@ -100,6 +111,8 @@ package buffer
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -153,9 +166,11 @@ type Buffer struct {
 	closed  atomic.Bool
 	kick    chan struct{}
 
-	// flushMu makes flushes exclusive; its holder owns the label, token
-	// and retry fields of every op.
+	// flushMu makes flushes exclusive; its holder owns seq and the label,
+	// sequence and retry fields of every op.
 	flushMu sync.Mutex
+	writer  string // this buffer's writer id, for sequenced flushes
+	seq     uint64 // the last sequence number given out
 	// opsMu guards ops, and makes a cut (cell → op) atomic for Pending.
 	opsMu sync.RWMutex
 	ops   map[string][]*op
@@ -178,13 +193,14 @@ func New(sink Sink, cfg Config) (*Buffer, error) {
 		return nil, err
 	}
 	b := &Buffer{
-		sink: sink,
-		cfg:  cfg,
-		seed: rand.Uint64(),
-		kick: make(chan struct{}, 1),
-		ops:  make(map[string][]*op),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		sink:   sink,
+		cfg:    cfg,
+		writer: newWriterID(),
+		seed:   rand.Uint64(),
+		kick:   make(chan struct{}, 1),
+		ops:    make(map[string][]*op),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	for i := range b.shards {
 		b.shards[i].tab.Store(newTable(minTableSize))
@@ -435,4 +451,12 @@ func (b *Buffer) Pending(key string) int64 {
 		sum += o.delta
 	}
 	return sum
+}
+
+// newWriterID returns 96 random bits in hex from crypto/rand: a writer id
+// must differ from every other process's, whatever Config.Rand returns.
+func newWriterID() string {
+	var raw [12]byte
+	_, _ = crand.Read(raw[:]) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(raw[:])
 }

@@ -49,7 +49,7 @@ func TestHotCold(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := lastOpOf(t, sink, "k")
-		if hot := o.TokenKey != ""; hot != st.wantHot || o.Delta != int64(st.adds) {
+		if hot := o.SeqKey != ""; hot != st.wantHot || o.Delta != int64(st.adds) {
 			t.Fatalf("step %d (%d adds): op %+v, want hot %v", i, st.adds, o, st.wantHot)
 		}
 	}
@@ -125,10 +125,10 @@ func TestColdWithDeadline(t *testing.T) {
 	if err := b.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if o := lastOpOf(t, sink, "ttl"); o.TokenKey == "" || !o.ExpireAt.Equal(at) {
+	if o := lastOpOf(t, sink, "ttl"); o.SeqKey == "" || !o.ExpireAt.Equal(at) {
 		t.Fatalf("op with a deadline %+v", o)
 	}
-	if o := lastOpOf(t, sink, "plain"); o.TokenKey != "" || !o.ExpireAt.IsZero() {
+	if o := lastOpOf(t, sink, "plain"); o.SeqKey != "" || !o.ExpireAt.IsZero() {
 		t.Fatalf("cold op %+v", o)
 	}
 }
@@ -136,5 +136,38 @@ func TestColdWithDeadline(t *testing.T) {
 func TestHotAtConfig(t *testing.T) {
 	if _, err := New(newFakeSink(), Config{HotAt: -1, Labels: func(string) []string { return []string{"0"} }}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("HotAt -1: %v", err)
+	}
+}
+
+// TestQueuedOpsInOrder: Close cuts a key whose op is still unacknowledged
+// into a second op; the second goes only after the first is acknowledged,
+// so the key's sequence numbers reach the sink in order and nothing is
+// skipped as already applied.
+func TestQueuedOpsInOrder(t *testing.T) {
+	sink := newFakeSink()
+	sink.faults = []fault{faultOpLost}
+	b, _ := newTestBuffer(t, sink, nil)
+	mustAdd(t, b, "k", 10)
+	if err := b.Flush(context.Background()); !errors.Is(err, ErrUnflushed) {
+		t.Fatalf("flush: %v", err)
+	}
+	mustAdd(t, b, "k", 5)
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.total("k"); got != 15 {
+		t.Fatalf("total %d, want 15", got)
+	}
+	var last uint64
+	for i := range sink.callCount() {
+		for _, o := range sink.call(i) {
+			if o.Seq < last {
+				t.Fatalf("call %d sent sequence %d after %d", i, o.Seq, last)
+			}
+			last = o.Seq
+		}
+		if n := len(sink.call(i)); n != 1 {
+			t.Fatalf("call %d sent %d ops of one key at once", i, n)
+		}
 	}
 }

@@ -60,12 +60,14 @@ type Config struct {
 	BatchSize int
 	// BatchTimeout bounds each IncrMulti call. Default DefaultBatchTimeout.
 	BatchTimeout time.Duration
-	// TokenTTL is how long the sink remembers a flush token. Exactly-once
-	// holds while an op's retries happen within TokenTTL of its first
-	// send. Default store.DefaultTokenTTL.
+	// TokenTTL is how long the sink remembers a writer's flush sequence
+	// on a sub-counter after its last flush there. Exactly-once holds
+	// while an op's retries happen within TokenTTL of its first send.
+	// Default store.DefaultTokenTTL.
 	TokenTTL time.Duration
 	// HotAt is how many Adds in one flush interval make a key hot. A hot
-	// key's flush is exactly-once (a token in its sub-counter's slot); a
+	// key's flush is exactly-once (a writer sequence checked in its
+	// sub-counter's slot); a
 	// cold key's is one plain INCRBY: no script, no extra key, and, when
 	// its reply is lost, dropped rather than retried (Stats.ColdDropped).
 	// A hot key turns cold after an interval with fewer than half as many

@@ -25,13 +25,14 @@ const (
 	faultOpNoReply       // apply everything, every result has ErrNoReply (as a store reports a lost reply)
 )
 
-// fakeSink is an in-memory sink that dedups tokens the way the Redis
-// backend does: the token is checked first, then the value, and a
-// rejected op leaves no token behind.
+// fakeSink is an in-memory sink that dedups tokens and writer sequences
+// the way the Redis backend does: the token (or sequence) is checked
+// first, then the value, and a rejected op leaves nothing behind.
 type fakeSink struct {
 	mu       sync.Mutex
 	vals     map[string]int64  // sub-key → value
 	tokens   map[string]string // token key → sub-key it guarded
+	seqs     map[string]uint64 // sequence hash + writer → last applied
 	calls    [][]store.IncrOp
 	faults   []fault         // faults[i] applies to call i; later calls succeed
 	always   fault           // fault for calls past len(faults)
@@ -48,6 +49,7 @@ func newFakeSink() *fakeSink {
 	return &fakeSink{
 		vals:     map[string]int64{},
 		tokens:   map[string]string{},
+		seqs:     map[string]uint64{},
 		reject:   map[string]bool{},
 		notify:   make(chan int, 1000),
 		deadline: true,
@@ -116,6 +118,15 @@ func (f *fakeSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.I
 func (f *fakeSink) applyLocked(ops []store.IncrOp) []store.IncrResult {
 	res := make([]store.IncrResult, len(ops))
 	for i, o := range ops {
+		if o.SeqKey != "" {
+			if keyspace.Slot(o.SeqKey) != keyspace.Slot(o.Key) || o.Writer == "" || o.Seq == 0 {
+				res[i].Err = errors.New("fake: bad sequenced op")
+				continue
+			}
+			if o.Seq <= f.seqs[o.SeqKey+" "+o.Writer] {
+				continue // Applied false, no error
+			}
+		}
 		if o.TokenKey != "" {
 			if keyspace.Slot(o.TokenKey) != keyspace.Slot(o.Key) {
 				res[i].Err = errors.New("fake: CROSSSLOT token key")
@@ -135,6 +146,9 @@ func (f *fakeSink) applyLocked(ops []store.IncrOp) []store.IncrResult {
 		}
 		if o.TokenKey != "" {
 			f.tokens[o.TokenKey] = o.Key
+		}
+		if o.SeqKey != "" {
+			f.seqs[o.SeqKey+" "+o.Writer] = o.Seq
 		}
 		f.vals[o.Key] += o.Delta
 		res[i] = store.IncrResult{Applied: true, Value: f.vals[o.Key]}

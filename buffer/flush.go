@@ -2,8 +2,6 @@ package buffer
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime"
@@ -16,7 +14,7 @@ import (
 )
 
 // op is one key's delta cut for a flush. key, delta and since never change;
-// the other fields belong to the flushMu holder. label and token are fixed
+// the other fields belong to the flushMu holder. label and seq are fixed
 // by the first send and reused by every retry.
 type op struct {
 	key   string
@@ -29,7 +27,7 @@ type op struct {
 
 	sent     bool
 	label    string
-	token    string
+	seq      uint64    // the writer's sequence number (hot ops)
 	attempts int       // failed sends so far
 	nextTry  time.Time // earliest timed retry
 }
@@ -228,25 +226,48 @@ func (b *Buffer) addOp(key string, delta, since int64, cold bool) {
 
 // send sends pending ops (all of them if force, else those whose backoff
 // has passed) in batches, and returns the first error if any op remains
-// unacknowledged. Caller holds flushMu.
+// unacknowledged. Only the first op of a key is sent; an op queued behind
+// it (Close cuts a key that has one in flight) goes in a further round
+// once it is acknowledged, so a key's ops reach its sub-counters in
+// sequence order. Caller holds flushMu.
 func (b *Buffer) send(ctx context.Context, force bool) error {
+	var firstErr error
+	for {
+		err, queued, done, left := b.sendRound(ctx, force)
+		if firstErr == nil {
+			firstErr = err
+		}
+		if left == 0 {
+			return nil
+		}
+		if queued == 0 || done == 0 || ctx.Err() != nil {
+			if firstErr == nil {
+				firstErr = errors.New("retry not yet due")
+			}
+			return firstErr
+		}
+	}
+}
+
+// sendRound is one round of send: it sends the due first op of each key
+// and reports the first error, how many ops waited behind another op of
+// their key, how many were acknowledged, and how many are left.
+func (b *Buffer) sendRound(ctx context.Context, force bool) (firstErr error, queued, acked, left int) {
 	now := b.cfg.Clock.Now()
 	var due []*op
 	pending := 0
 	b.opsMu.RLock()
 	for _, list := range b.ops {
-		for _, o := range list {
-			pending++
-			if force || !o.nextTry.After(now) {
-				due = append(due, o)
-			}
+		pending += len(list)
+		queued += len(list) - 1
+		if o := list[0]; force || !o.nextTry.After(now) {
+			due = append(due, o)
 		}
 	}
 	b.opsMu.RUnlock()
 	if pending == 0 {
-		return nil
+		return nil, 0, 0, 0
 	}
-	var firstErr error
 	fail := func(o *op, err error) {
 		if firstErr == nil {
 			firstErr = err
@@ -280,21 +301,22 @@ func (b *Buffer) send(ctx context.Context, force bool) error {
 		for _, o := range done {
 			b.removeOp(o)
 		}
+		left = len(b.ops)
+		for _, list := range b.ops {
+			left += len(list) - 1
+		}
 		b.opsMu.Unlock()
+	} else {
+		left = pending
 	}
-	if len(done) < pending {
-		if firstErr == nil {
-			firstErr = errors.New("retry not yet due")
-		}
-		if len(done) < len(ready) || len(ready) < len(due) {
-			b.stats.flushErrors.Add(1)
-		}
-		return firstErr
+	if len(done) < len(ready) || len(ready) < len(due) {
+		b.stats.flushErrors.Add(1)
 	}
-	return nil
+	return firstErr, queued, len(done), left
 }
 
-// assign fixes o's label and token before its first send.
+// assign fixes o's label and, for a hot key, its sequence number before
+// its first send.
 func (b *Buffer) assign(o *op) bool {
 	labels := b.cfg.Labels(o.key)
 	if len(labels) == 0 {
@@ -310,16 +332,15 @@ func (b *Buffer) assign(o *op) bool {
 	if o.cold {
 		return true
 	}
-	o.token = b.newToken()
+	o.seq = b.nextSeq()
 	return true
 }
 
-// newToken returns a random 128-bit flush token in hex.
-func (b *Buffer) newToken() string {
-	var raw [16]byte
-	binary.BigEndian.PutUint64(raw[:8], b.cfg.Rand())
-	binary.BigEndian.PutUint64(raw[8:], b.cfg.Rand())
-	return hex.EncodeToString(raw[:])
+// nextSeq returns the writer's next sequence number; caller holds flushMu
+// (or runs before the flusher starts).
+func (b *Buffer) nextSeq() uint64 {
+	b.seq++
+	return b.seq
 }
 
 // sendChunk makes one IncrMulti call with its own timeout, appends the ops
@@ -335,10 +356,12 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 			continue
 		}
 		ops[i] = store.IncrOp{
-			Key:      keyspace.SubKey(o.key, o.label),
-			Delta:    o.delta,
-			TokenKey: keyspace.AuxKey(o.key, o.label, "tok", o.token),
-			TTL:      b.cfg.TokenTTL,
+			Key:    keyspace.SubKey(o.key, o.label),
+			Delta:  o.delta,
+			SeqKey: keyspace.SeqKey(o.key, o.label),
+			Writer: b.writer,
+			Seq:    o.seq,
+			TTL:    b.cfg.TokenTTL,
 		}
 		if b.cfg.ExpireAt != nil {
 			ops[i].ExpireAt = b.cfg.ExpireAt(o.key, o.label)
@@ -390,7 +413,7 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 			b.stats.applied.Add(1)
 			done = append(done, o)
 		case r.Err == nil:
-			b.stats.skipped.Add(1) // the token was used: an earlier attempt applied it
+			b.stats.skipped.Add(1) // the sequence was applied: an earlier attempt applied it
 			done = append(done, o)
 		case errors.Is(r.Err, store.ErrOverflow):
 			// The sub-counter would pass its bound: no retry can ever
@@ -419,8 +442,8 @@ func (b *Buffer) sendChunk(ctx context.Context, chunk, done []*op, fail func(*op
 	if len(undo) > 0 {
 		b.opsMu.Lock()
 		for _, o := range undo {
-			// The take-back goes to the same sub-counter, with a token.
-			u := &op{key: o.key, delta: -o.delta, since: o.since, sent: true, label: o.label, token: b.newToken()}
+			// The take-back goes to the same sub-counter, sequenced.
+			u := &op{key: o.key, delta: -o.delta, since: o.since, sent: true, label: o.label, seq: b.nextSeq()}
 			b.ops[o.key] = append(b.ops[o.key], u)
 			b.nops.Add(1)
 		}

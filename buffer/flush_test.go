@@ -18,7 +18,7 @@ import (
 func opSet(ops []store.IncrOp) []string {
 	out := make([]string, len(ops))
 	for i, o := range ops {
-		out[i] = fmt.Sprintf("%s %s %d", o.Key, o.TokenKey, o.Delta)
+		out[i] = fmt.Sprintf("%s %s %s %d %d", o.Key, o.SeqKey, o.Writer, o.Seq, o.Delta)
 	}
 	slices.Sort(out)
 	return out
@@ -103,22 +103,24 @@ func TestOpShape(t *testing.T) {
 	if !sink.deadline {
 		t.Error("an IncrMulti call had no deadline")
 	}
-	tokens := map[string]bool{}
+	seqs := map[uint64]bool{}
+	writer := sink.call(0)[0].Writer
+	if len(writer) != 24 || strings.Trim(writer, "0123456789abcdef") != "" {
+		t.Fatalf("bad writer id %q", writer)
+	}
 	for i := range 4 {
 		for _, o := range sink.call(i) {
 			key, label, ok := keyspace.ParseSubKey(o.Key)
 			if !ok || !slices.Contains(labels, label) {
 				t.Fatalf("bad sub-key %q", o.Key)
 			}
-			prefix := keyspace.AuxKey(key, label, "tok", "")
-			tok, found := strings.CutPrefix(o.TokenKey, prefix+":")
-			if !found || len(tok) != 32 || strings.Trim(tok, "0123456789abcdef") != "" {
-				t.Fatalf("bad token key %q for %q", o.TokenKey, o.Key)
+			if o.TokenKey != "" || o.SeqKey != keyspace.SeqKey(key, label) || o.Writer != writer || o.Seq == 0 {
+				t.Fatalf("bad sequenced op %+v", o)
 			}
-			if tokens[tok] {
-				t.Fatalf("token %s used twice", tok)
+			if seqs[o.Seq] {
+				t.Fatalf("sequence %d used twice", o.Seq)
 			}
-			tokens[tok] = true
+			seqs[o.Seq] = true
 			if o.TTL != time.Minute {
 				t.Fatalf("TTL %v", o.TTL)
 			}
@@ -222,7 +224,7 @@ func TestPermanentError(t *testing.T) {
 			t.Fatalf("retry %+v differs from first attempt %+v", o, attempts[0])
 		}
 	}
-	if attempts[3].Delta != 2 || attempts[3].TokenKey == attempts[0].TokenKey {
+	if attempts[3].Delta != 2 || attempts[3].Seq <= attempts[0].Seq {
 		t.Fatalf("later delta sent as %+v", attempts[3])
 	}
 }

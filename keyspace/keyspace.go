@@ -107,6 +107,11 @@ func AuxKey(key, label, kind, id string) string {
 	return SubKey(key, label) + ":" + kind + ":" + id
 }
 
+// SeqKey returns the hash that records, per writer, the last flush
+// sequence applied to a sub-counter: "{K#L}:seq", in the sub-counter's
+// slot.
+func SeqKey(key, label string) string { return SubKey(key, label) + ":seq" }
+
 // MetaKey returns the key of a counter's metadata: "{K#meta}". It has its
 // own tag so it is placed like a sub-counter named "meta".
 func MetaKey(key string) string { return "{" + key + "#meta}" }

@@ -64,7 +64,8 @@ type Store interface {
 	// nothing. An op with
 	// a TokenKey is applied at most once per token within its TTL: the
 	// token check, the token write and the increment are one atomic step
-	// in the key's slot, so a retried op never double-counts. An op with
+	// in the key's slot, so a retried op never double-counts; an op with
+	// a SeqKey likewise, by its writer's sequence number. An op with
 	// neither is a plain INCRBY; a result error of such an op that wraps
 	// ErrNoReply means it may have been applied. The result
 	// slice matches ops; err is set only when nothing could be attempted.
@@ -104,7 +105,22 @@ type IncrOp struct {
 	// TokenKey, when not empty, makes the op idempotent: it must be in
 	// Key's slot (keyspace.AuxKey) and is kept for TTL after use.
 	TokenKey string
-	// TTL is how long the token is remembered; zero means DefaultTokenTTL.
+	// SeqKey, when not empty (and TokenKey empty), makes the op
+	// idempotent by writer sequence: SeqKey is a hash in Key's slot
+	// (keyspace.SeqKey) that holds, per Writer, the highest Seq applied
+	// to Key. The op is applied only if Seq is above it, and then records
+	// Seq, in one atomic step. A writer must number its ops to one
+	// sub-counter in increasing order and send the next only after the
+	// previous one was acknowledged; a retry reuses its Seq. The hash is
+	// kept for TTL after its last write, and holds one field per writer:
+	// the state grows with the writers, not with the flushes.
+	SeqKey string
+	// Writer names the writing process for SeqKey (unique per process
+	// run, e.g. 64 random bits in hex); Seq is the op's number, > 0.
+	Writer string
+	Seq    uint64
+	// TTL is how long the token or sequence is remembered; zero means
+	// DefaultTokenTTL.
 	TTL time.Duration
 	// ExpireAt, when not zero, is given to Key as its deadline if it has
 	// none (Redis PEXPIREAT … NX), in the same atomic step.

@@ -51,6 +51,7 @@ type node struct {
 	ints   map[string]int64
 	exp    map[string]time.Time // key -> deadline, for keys that have one
 	tokens map[string]time.Time // token key -> expiry
+	seqs   map[string]seqEntry  // sequence hash + "\x00" + writer -> last applied
 	rounds atomic.Int64
 	cmds   map[string]int64 // guarded by mu
 }
@@ -69,7 +70,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{now: clock.OrReal(cfg.Clock).Now, nodes: make([]*node, cfg.Nodes)}
 	for i := range names {
 		names[i] = fmt.Sprintf("mem-%02d", i)
-		s.nodes[i] = &node{ints: map[string]int64{}, exp: map[string]time.Time{}, tokens: map[string]time.Time{}, cmds: map[string]int64{}}
+		s.nodes[i] = &node{ints: map[string]int64{}, exp: map[string]time.Time{}, tokens: map[string]time.Time{}, seqs: map[string]seqEntry{}, cmds: map[string]int64{}}
 	}
 	s.topo = store.Even(names)
 	return s, nil
@@ -107,7 +108,18 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 		nd.mu.Lock()
 		for _, i := range idx {
 			op := ops[i]
-			if op.TokenKey != "" {
+			seqField := ""
+			if op.TokenKey == "" && op.SeqKey != "" {
+				nd.cmds["evalsha"]++
+				if keyspace.Slot(op.SeqKey) != keyspace.Slot(op.Key) || op.Writer == "" || op.Seq == 0 {
+					out[i].Err = fmt.Errorf("mem: sequenced op on %q: hash %q, writer %q, seq %d", op.Key, op.SeqKey, op.Writer, op.Seq)
+					continue
+				}
+				seqField = op.SeqKey + "\x00" + op.Writer
+				if e, ok := nd.seqs[seqField]; ok && now.Before(e.exp) && e.last >= op.Seq {
+					continue // already applied
+				}
+			} else if op.TokenKey != "" {
 				nd.cmds["evalsha"]++
 				if keyspace.Slot(op.TokenKey) != keyspace.Slot(op.Key) {
 					out[i].Err = fmt.Errorf("mem: token key %q is not in the slot of %q", op.TokenKey, op.Key)
@@ -120,7 +132,7 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 				nd.cmds["incrby"]++
 			}
 			v, err := add(nd.value(op.Key, now), op.Delta)
-			if err == nil && op.TokenKey != "" && (v > store.MaxValue || v < -store.MaxValue) {
+			if err == nil && (op.TokenKey != "" || seqField != "") && (v > store.MaxValue || v < -store.MaxValue) {
 				err = fmt.Errorf("%w: %s would pass the sub-counter bound ±%d", store.ErrOverflow, op.Key, int64(store.MaxValue))
 			}
 			if err != nil {
@@ -128,12 +140,16 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 				continue
 			}
 			nd.ints[op.Key] = v
-			if op.TokenKey != "" {
+			if op.TokenKey != "" || seqField != "" {
 				ttl := op.TTL
 				if ttl <= 0 {
 					ttl = store.DefaultTokenTTL
 				}
-				nd.tokens[op.TokenKey] = now.Add(ttl)
+				if seqField != "" {
+					nd.seqs[seqField] = seqEntry{last: op.Seq, exp: now.Add(ttl)}
+				} else {
+					nd.tokens[op.TokenKey] = now.Add(ttl)
+				}
 			}
 			if !op.ExpireAt.IsZero() {
 				nd.expireNX(op.Key, op.ExpireAt)
@@ -146,14 +162,27 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 	return out, nil
 }
 
-// expireTokens drops expired tokens once the map grows; caller holds mu.
+// seqEntry is a writer's last sequence applied to a sub-counter.
+type seqEntry struct {
+	last uint64
+	exp  time.Time
+}
+
+// expireTokens drops expired tokens and sequences once their maps grow;
+// caller holds mu.
 func (nd *node) expireTokens(now time.Time) {
-	if len(nd.tokens) < 4096 {
-		return
+	if len(nd.tokens) >= 4096 {
+		for k, exp := range nd.tokens {
+			if !now.Before(exp) {
+				delete(nd.tokens, k)
+			}
+		}
 	}
-	for k, exp := range nd.tokens {
-		if !now.Before(exp) {
-			delete(nd.tokens, k)
+	if len(nd.seqs) >= 4096 {
+		for k, e := range nd.seqs {
+			if !now.Before(e.exp) {
+				delete(nd.seqs, k)
+			}
 		}
 	}
 }

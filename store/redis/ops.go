@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -44,6 +45,51 @@ return redis.call('GET', KEYS[1])
 
 var incrOnceSHA = func() string {
 	sum := sha1.Sum([]byte(incrOnceScript))
+	return hex.EncodeToString(sum[:])
+}()
+
+// incrSeqScript applies KEYS[1] += ARGV[1] unless the hash KEYS[2] records,
+// for writer ARGV[4], a sequence number at or above ARGV[5]; then it
+// records "ARGV[5]:ARGV[6]" (sequence, the writer's clock in Unix ms) for
+// the writer, keeps the hash for ARGV[2] ms, and, when ARGV[3] is not
+// empty, gives KEYS[1] the deadline ARGV[3] if it has none. Its replies
+// are incrOnceScript's. A hash with more than 64 writers drops those not
+// heard from for ARGV[2] ms (processes that ended), so it holds about one
+// field per live writer. Sequence numbers stay far below 2^53, so Lua's
+// doubles compare them exactly.
+const incrSeqScript = `
+local last = redis.call('HGET', KEYS[2], ARGV[4])
+if last and tonumber(string.match(last, '^%d+')) >= tonumber(ARGV[5]) then
+  return false
+end
+local r = redis.pcall('INCRBY', KEYS[1], ARGV[1])
+if type(r) == 'table' and r.err then
+  return r
+end
+if r > 9007199254740991 or r < -9007199254740991 then
+  redis.call('DECRBY', KEYS[1], ARGV[1])
+  return redis.error_reply('ERR increment would overflow the sub-counter bound 2^53-1')
+end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5] .. ':' .. ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if redis.call('HLEN', KEYS[2]) > 64 then
+  local all = redis.call('HGETALL', KEYS[2])
+  local old = tonumber(ARGV[6]) - tonumber(ARGV[2])
+  for i = 1, #all, 2 do
+    local at = tonumber(string.match(all[i + 1], ':(%d+)$'))
+    if at and at < old then
+      redis.call('HDEL', KEYS[2], all[i])
+    end
+  end
+end
+if ARGV[3] and ARGV[3] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[3], 'NX')
+end
+return redis.call('GET', KEYS[1])
+`
+
+var incrSeqSHA = func() string {
+	sum := sha1.Sum([]byte(incrSeqScript))
 	return hex.EncodeToString(sum[:])
 }()
 
@@ -204,8 +250,9 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 	out := make([]store.IncrResult, len(ops))
 	valid := make([]int, 0, len(ops)) // indexes into ops of the ops to send
 	ttls := make([]string, len(ops))
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for i, op := range ops {
-		if op.TokenKey == "" {
+		if op.TokenKey == "" && op.SeqKey == "" {
 			valid = append(valid, i)
 			continue
 		}
@@ -213,8 +260,14 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 		case op.TTL < 0:
 			out[i].Err = fmt.Errorf("%w: negative TTL %v for %q", ErrInvalidOp, op.TTL, op.Key)
 			continue
-		case keyspace.Slot(op.TokenKey) != keyspace.Slot(op.Key):
+		case op.TokenKey != "" && keyspace.Slot(op.TokenKey) != keyspace.Slot(op.Key):
 			out[i].Err = fmt.Errorf("%w: token %q is not in the slot of %q", ErrInvalidOp, op.TokenKey, op.Key)
+			continue
+		case op.TokenKey == "" && keyspace.Slot(op.SeqKey) != keyspace.Slot(op.Key):
+			out[i].Err = fmt.Errorf("%w: sequence hash %q is not in the slot of %q", ErrInvalidOp, op.SeqKey, op.Key)
+			continue
+		case op.TokenKey == "" && (op.Writer == "" || op.Seq == 0):
+			out[i].Err = fmt.Errorf("%w: a sequenced op on %q needs a writer and a sequence number above 0", ErrInvalidOp, op.Key)
 			continue
 		}
 		ttl := op.TTL
@@ -229,13 +282,20 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 		key: func(j int) string { return ops[valid[j]].Key },
 		build: func(b rueidis.Builder, j int, resend bool) rueidis.Completed {
 			op := &ops[valid[j]]
-			if op.TokenKey == "" {
+			if op.TokenKey == "" && op.SeqKey == "" {
 				return b.Incrby().Key(op.Key).Increment(op.Delta).Build()
 			}
 			delta, ttl := strconv.FormatInt(op.Delta, 10), ttls[valid[j]]
 			var at string
 			if !op.ExpireAt.IsZero() {
 				at = strconv.FormatInt(op.ExpireAt.UnixMilli(), 10)
+			}
+			if op.TokenKey == "" {
+				seq := strconv.FormatUint(op.Seq, 10)
+				if resend {
+					return b.Eval().Script(incrSeqScript).Numkeys(2).Key(op.Key, op.SeqKey).Arg(delta, ttl, at, op.Writer, seq, now).Build()
+				}
+				return b.Evalsha().Sha1(incrSeqSHA).Numkeys(2).Key(op.Key, op.SeqKey).Arg(delta, ttl, at, op.Writer, seq, now).Build()
 			}
 			if resend {
 				return b.Eval().Script(incrOnceScript).Numkeys(2).Key(op.Key, op.TokenKey).Arg(delta, ttl, at).Build()
@@ -248,7 +308,7 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 	}
 	for j, r := range res {
 		i := valid[j]
-		out[i] = s.incrResult(ops[i].TokenKey != "", r)
+		out[i] = s.incrResult(ops[i].TokenKey != "" || ops[i].SeqKey != "", r)
 	}
 	return out, nil
 }

@@ -76,6 +76,16 @@
 // untouched. Lua numbers are doubles, so the script does no arithmetic on the
 // value and returns the new value as the string stored by INCRBY (read back
 // with GET), which is exact over the whole int64 range.
+//
+// An IncrOp with a SeqKey (a buffer's hot-key flush) runs a second script
+// over KEYS = {key, hash}: the hash holds, per writer, "seq:ms" (the last
+// sequence number applied and the writer's clock). The op is applied only
+// when its Seq is above the recorded one; then the field is set and the
+// hash's TTL renewed. A hash with more than 64 fields drops those older
+// than the TTL (writers that ended). One hash per hot sub-counter, one
+// field per writer: the state does not grow with the number of flushes,
+// as a token key per flush did. An IncrOp with neither is one plain
+// INCRBY.
 package redis
 
 import (
