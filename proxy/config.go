@@ -131,6 +131,11 @@ type Config struct {
 	// sends block), for up to Timeout; then it is answered an error and
 	// closed. 0 means DefaultMemoryBudget.
 	MemoryBudget int64
+	// AllowFlush lets clients run FLUSHALL and FLUSHDB: every primary is
+	// emptied (hotcount's own state kept) and every counter of the
+	// durable store cleared. Off by default: one client would delete every
+	// counter of every process sharing the cluster.
+	AllowFlush bool
 	// MaxClients bounds the open client connections; a connection past it
 	// is answered "-ERR max number of clients reached" and closed. 0 means
 	// DefaultMaxClients.

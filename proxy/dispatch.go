@@ -41,6 +41,8 @@ func init() {
 		"role":     (*conn).role,
 		"config":   (*conn).config,
 	}
+	local["function"] = (*conn).function
+	local["randomkey"] = (*conn).randomKey
 	for _, name := range refusedNames {
 		local[name] = (*conn).refuse
 	}
@@ -54,7 +56,7 @@ var refusedNames = []string{
 	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
 	"monitor", "sync", "psync", "replconf", "replicaof", "slaveof", "shutdown", "debug",
 	"cluster", "readonly", "readwrite", "asking", "failover", "swapdb", "move", "migrate",
-	"save", "bgsave", "bgrewriteaof", "lastsave", "acl", "module", "function",
+	"save", "bgsave", "bgrewriteaof", "lastsave", "acl", "module",
 	"wait", "waitaof", "slowlog", "latency",
 }
 
@@ -125,6 +127,12 @@ func (c *conn) run(args [][]byte) {
 	}
 	var counter []bool
 	for i, k := range keys {
+		if s.ownKey(strs[k]) {
+			c.flushGroup()
+			c.s.stats.refused.Add(1)
+			c.out = appendErr(c.out, ownKeyErr(strs[k]))
+			return
+		}
 		if _, ok := s.counters.Namespace(strs[k]); ok {
 			if counter == nil {
 				counter = make([]bool, len(keys))
@@ -137,7 +145,11 @@ func (c *conn) run(args [][]byte) {
 		c.flushGroup()
 		c.counterCommand(name, ci, args, strs, keys, counter)
 	case len(keys) == 0:
-		c.queue(strs, -1, ci, args)
+		if name == "eval" || name == "eval_ro" {
+			c.flushGroup()
+			c.loadEverywhere(strs[1])
+		}
+		c.queue(strs, keyAnchor, ci, args)
 	default:
 		if _, same := c.slotOf(strs, keys); !same {
 			c.flushGroup()
@@ -204,6 +216,9 @@ func (c *conn) slotOf(strs []string, keys []int) (uint16, bool) {
 // others share it (checked by the caller).
 func (c *conn) build(strs []string, key int) (cmd rueidis.Completed) {
 	b := c.s.upstream(c.proto).B()
+	if key == keyAnchor {
+		return b.Arbitrary(strs...).Build().SetSlot(anchorKey)
+	}
 	if key <= 0 {
 		return b.Arbitrary(strs...).Build()
 	}
@@ -219,10 +234,11 @@ func (c *conn) queue(strs []string, key int, ci *cmdInfo, args [][]byte) {
 	if ci != nil && args != nil {
 		shape = shapeOf(ci.baseName(), args)
 	}
-	if noSlot := key <= 0; len(c.group.cmds) > 0 && noSlot != c.group.noSlot {
+	noSlot := key <= 0 && key != keyAnchor
+	if len(c.group.cmds) > 0 && noSlot != c.group.noSlot {
 		c.flushGroup()
 	}
-	c.group.noSlot = key <= 0
+	c.group.noSlot = noSlot
 	c.s.stats.passed.Add(1)
 	c.group.cmds = append(c.group.cmds, c.build(strs, key))
 	c.group.shapes = append(c.group.shapes, shape)

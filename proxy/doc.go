@@ -116,11 +116,15 @@
 //   - MGET, DEL, UNLINK, EXISTS, TOUCH and MSET across slots are split by
 //     slot and answered as one (not atomically); other multi-key commands
 //     across slots answer Redis Cluster's CROSSSLOT error;
-//   - keyless commands go to any node, except DBSIZE (summed), KEYS
-//     (concatenated), SCAN (primary after primary; the cursor packs the
-//     primary's index in its low 10 bits), FLUSHALL/FLUSHDB and SCRIPT
-//     LOAD/EXISTS/FLUSH, which go to every primary; CONFIG GET goes to any
-//     node, CONFIG SET is refused;
+//   - keyless commands go to the primary of slot 0, never a replica, and
+//     script and function loads reach every primary, except DBSIZE
+//     (summed), KEYS (concatenated), RANDOMKEY, SCAN (primary after
+//     primary; the cursor packs the primary's index in its low 10 bits),
+//     which cover every primary and hide hotcount's own keys, and
+//     FLUSHALL/FLUSHDB, refused unless Config.AllowFlush (see keyless.go
+//     and flush.go); CONFIG GET goes to any node, CONFIG SET is refused;
+//   - a command naming one of hotcount's own keys (a sentinel, a store
+//     mark, a counter's sub-key) is refused;
 //   - unknown commands and wrong arities reach a node, which answers its
 //     own error.
 //
@@ -137,7 +141,7 @@
 // and RESET are answered by the proxy for the client's own connection;
 // COMMAND and COMMAND DOCS come from a node. Refused with a clear -ERR:
 // pub/sub subscriptions (PUBLISH works), MONITOR, client-side caching,
-// replication, cluster and persistence administration, ACL, FUNCTION,
-// WAIT. Downstream AUTH checks Config.Password; the proxy's own
+// replication, cluster and persistence administration, ACL, FUNCTION
+// KILL, SCRIPT KILL, WAIT. Downstream AUTH checks Config.Password; the proxy's own
 // credentials to Redis (Config.Redis) are separate.
 package proxy

@@ -270,7 +270,7 @@ func (c *conn) keysCmd(args [][]byte) {
 		v, _ := res[i].ToArray()
 		all = append(all, v...)
 	}
-	c.appendMessages(all)
+	c.appendMessages(c.visible(all))
 }
 
 // appendMessages appends an array of upstream messages.
@@ -283,27 +283,6 @@ func (c *conn) appendMessages(ms []rueidis.RedisMessage) {
 		}
 		c.out = out
 	}
-}
-
-// flushAll: FLUSHALL and FLUSHDB [ASYNC|SYNC] on every primary. The
-// proxy's counter estimates are dropped too; increments this proxy
-// buffered before are still flushed afterwards.
-func (c *conn) flushAll(args [][]byte) {
-	if len(args) > 2 {
-		c.out = appendErr(c.out, "ERR syntax error")
-		return
-	}
-	strs := c.strings(args)
-	if res := c.onPrimaries(strs); res == nil {
-		return
-	}
-	for i := range c.s.est.shards {
-		sh := &c.s.est.shards[i]
-		sh.mu.Lock()
-		clear(sh.m)
-		sh.mu.Unlock()
-	}
-	c.out = appendOK(c.out)
 }
 
 // scanNodeBits is how many low bits of a proxy SCAN cursor hold the
@@ -364,6 +343,7 @@ func (c *conn) scan(args [][]byte) {
 		out = uint64(idx + 1)
 	}
 	keys, _ := r[1].ToArray()
+	keys = c.visible(keys)
 	c.out = appendArray(c.out, 2)
 	c.out = appendBulk(c.out, strconv.FormatUint(out, 10))
 	c.appendMessages(keys)
@@ -382,6 +362,9 @@ func (c *conn) script(args [][]byte) {
 		res := c.onPrimaries(c.strings(args))
 		if res == nil {
 			return
+		}
+		if sub == "flush" {
+			c.s.scripts.forget()
 		}
 		c.appendResult(&res[0], nil)
 	case "exists":

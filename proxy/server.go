@@ -37,7 +37,8 @@ type Server struct {
 	version  string // redis_version of the upstream, shown by HELLO and INFO
 	started  time.Time
 	stats    stats
-	input    budget // input held by connections (Config.MemoryBudget)
+	input    budget  // input held by connections (Config.MemoryBudget)
+	scripts  scripts // script bodies loaded on every primary
 
 	ctx    context.Context // cancelled by Close: ends blocking calls
 	cancel context.CancelFunc

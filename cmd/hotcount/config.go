@@ -109,6 +109,10 @@ const (
 	setAdminListen  = "admin_listen"
 	setRESPPassword = "resp_password"
 	setRESPProcs    = "resp_procs"
+	setRESPMaxBulk  = "resp_max_bulk_len"
+	setRESPQueryBuf = "resp_query_buffer_limit"
+	setRESPBudget   = "resp_memory_budget"
+	setRESPFlush    = "resp_allow_flush"
 )
 
 // flagName is the command-line flag of a setting: dashes for underscores
@@ -187,6 +191,14 @@ type serveConfig struct {
 	// (GOMAXPROCS); 0 means all of them. nil until applyDefaults, which
 	// makes it defaultRESPProcs.
 	RESPProcs *int `yaml:"resp_procs"`
+	// RESPMaxBulkLen, RESPQueryBufferLimit and RESPMemoryBudget bound the
+	// input of the proxy's clients (proxy.Config.MaxBulkLen,
+	// QueryBufferLimit, MemoryBudget); 0 means the proxy's defaults.
+	RESPMaxBulkLen       int `yaml:"resp_max_bulk_len"`
+	RESPQueryBufferLimit int `yaml:"resp_query_buffer_limit"`
+	RESPMemoryBudget     int `yaml:"resp_memory_budget"`
+	// RESPAllowFlush lets the proxy's clients run FLUSHALL and FLUSHDB.
+	RESPAllowFlush bool `yaml:"resp_allow_flush"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -418,6 +430,11 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.RESPProcs != nil && *c.RESPProcs < 0 {
 		return bad(setRESPProcs, "want a whole number of CPUs (0: all), got %d", *c.RESPProcs)
+	}
+	for name, v := range map[string]int{setRESPMaxBulk: c.RESPMaxBulkLen, setRESPQueryBuf: c.RESPQueryBufferLimit, setRESPBudget: c.RESPMemoryBudget} {
+		if v < 0 {
+			return bad(name, "want a number of bytes (0: the default), got %d", v)
+		}
 	}
 	if strings.ContainsAny(c.RESPPassword, "\r\n") {
 		return bad(setRESPPassword, "must not contain line breaks")

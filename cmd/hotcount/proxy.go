@@ -94,11 +94,15 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	srv, err := proxy.New(ctx, proxy.Config{
-		Counters: hc,
-		Redis:    hcfg.Redis,
-		Password: cfg.RESPPassword,
-		Replies:  replies,
-		Logger:   logger,
+		Counters:         hc,
+		Redis:            hcfg.Redis,
+		Password:         cfg.RESPPassword,
+		MaxBulkLen:       int64(cfg.RESPMaxBulkLen),
+		QueryBufferLimit: cfg.RESPQueryBufferLimit,
+		MemoryBudget:     int64(cfg.RESPMemoryBudget),
+		AllowFlush:       cfg.RESPAllowFlush,
+		Replies:          replies,
+		Logger:           logger,
 	})
 	if err != nil {
 		closeClient()

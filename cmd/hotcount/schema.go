@@ -28,6 +28,7 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/hotkeys"
+	"github.com/hotcount/hotcount/proxy"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -107,6 +108,14 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.RESPPassword }},
 	{name: setRESPProcs, typ: "int", def: "1", doc: "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all; left unset, a GOMAXPROCS variable is kept", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPProcs }},
+	{name: setRESPMaxBulk, typ: "bytes", def: strconv.Itoa(proxy.DefaultMaxBulkLen), doc: "largest bulk argument a client may send (Redis's proto-max-bulk-len); a longer one is refused on its header", cmds: cmdProxy,
+		ptr: func(c *serveConfig) any { return &c.RESPMaxBulkLen }},
+	{name: setRESPQueryBuf, typ: "bytes", def: strconv.Itoa(proxy.DefaultQueryBufferLimit), doc: "unparsed input one connection may hold (Redis's client-query-buffer-limit); at least resp_max_bulk_len", cmds: cmdProxy,
+		ptr: func(c *serveConfig) any { return &c.RESPQueryBufferLimit }},
+	{name: setRESPBudget, typ: "bytes", def: strconv.Itoa(proxy.DefaultMemoryBudget), doc: "input all connections may hold together; past it reads wait, then connections close", cmds: cmdProxy,
+		ptr: func(c *serveConfig) any { return &c.RESPMemoryBudget }},
+	{name: setRESPFlush, typ: "bool", def: "false", doc: "let clients run FLUSHALL/FLUSHDB: every primary emptied (hotcount's own keys kept) and every counter of the durable store cleared", cmds: cmdProxy,
+		ptr: func(c *serveConfig) any { return &c.RESPAllowFlush }},
 	{name: setRedis, typ: "list of host:port", doc: "Redis seed addresses, comma-separated in a flag or variable (standalone or Cluster, detected); serve: empty means the embedded store; proxy: required", cmds: cmdBoth, lib: "Redis.Addrs",
 		ptr: func(c *serveConfig) any { return &c.Redis }},
 	{name: setRedisUser, typ: "string", doc: "Redis ACL user", cmds: cmdBoth, lib: "Redis.Username",
