@@ -46,9 +46,15 @@ func init() {
 	}
 }
 
-// version, when set at build time with -ldflags "-X main.version=...",
-// replaces the module version of the build info.
-var version = ""
+// version and revision, when set at build time with -ldflags
+// "-X main.version=... -X main.revision=...", replace the module version
+// and the VCS revision of the build info; scripts/image sets both, so
+// that a binary built without VCS stamping (-buildvcs=false, or outside a
+// git checkout) still says what it is.
+var (
+	version  = ""
+	revision = ""
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -181,19 +187,24 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	bi, _ := debug.ReadBuildInfo()
-	fmt.Fprintln(stdout, versionLine(bi, version))
+	fmt.Fprintln(stdout, versionLine(bi, version, revision))
 	return exitOK
 }
 
 // versionLine describes a build: "hotcount <version> (<revision>[, modified],
 // <time>, <go version>)". The version is override when set, else the
 // module's; the revision, its time and whether the tree was modified come
-// from the VCS stamp of a build in a git checkout.
-func versionLine(bi *debug.BuildInfo, override string) string {
+// from the VCS stamp of a build in a git checkout, unless rev (the stamped
+// revision) is set: then the revision is rev, and the VCS stamp, which
+// describes the same build, is not consulted.
+func versionLine(bi *debug.BuildInfo, override, rev string) string {
 	if bi == nil {
 		v := override
 		if v == "" {
 			v = "(unknown)"
+		}
+		if rev != "" {
+			return "hotcount " + v + " (revision " + rev + ", no build information)"
 		}
 		return "hotcount " + v + " (no build information)"
 	}
@@ -204,9 +215,13 @@ func versionLine(bi *debug.BuildInfo, override string) string {
 	if v == "" {
 		v = "(devel)"
 	}
-	var rev, at string
+	var at string
 	modified := false
+	stamped := rev != ""
 	for _, s := range bi.Settings {
+		if stamped {
+			break
+		}
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value

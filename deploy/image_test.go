@@ -1,0 +1,293 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// podman runs podman as scripts/image does: runc when installed (podman's
+// default crun fails on some hybrid cgroup setups), the cgroupfs manager
+// without systemd, and containers.conf of deploy/container.
+type podman struct {
+	bin  string
+	args []string
+	env  []string
+}
+
+// findPodman returns podman, or skips the test saying why it cannot run.
+func findPodman(t *testing.T) podman {
+	t.Helper()
+	bin, err := exec.LookPath("podman")
+	if err != nil {
+		t.Skip("podman not found, so the image is not built here (apt-get install -y podman runc; scripts/test installs them)")
+	}
+	p := podman{bin: bin}
+	if _, err := exec.LookPath("runc"); err == nil {
+		p.args = append(p.args, "--runtime", "runc")
+	}
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		p.args = append(p.args, "--cgroup-manager", "cgroupfs")
+	}
+	conf, err := filepath.Abs("container/containers.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.env = append(os.Environ(), "CONTAINERS_CONF="+conf)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if out, err := p.cmd(ctx, "info").CombinedOutput(); err != nil {
+		t.Skipf("podman does not run here, so the image is not built: podman info: %v\n%s", err, lastLines(out, 5))
+	}
+	return p
+}
+
+func (p podman) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, p.bin, append(slices.Clone(p.args), args...)...)
+	c.Env = p.env
+	return c
+}
+
+// run runs podman and returns its stdout; on failure the test fails with
+// stderr.
+func (p podman) run(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	c := p.cmd(ctx, args...)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, lastLines(stderr.Bytes(), 20))
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestImage builds the image with scripts/image and runs it: --version
+// shows the stamped version and revision; `serve`, with the arguments and
+// the ConfigMap of deploy/kubernetes/serve.yaml, runs as 65532, keeps its
+// data in the /data volume and answers /healthz and the API; `proxy`, with
+// the sidecar's ConfigMap, gets ready on its admin port in front of a real
+// redis-server.
+func TestImage(t *testing.T) {
+	p := findPodman(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+
+	id := randomHex(t, 4)
+	tag := "localhost/hotcount-test:" + id
+	version, revision := "v0.0.0-imagetest", randomHex(t, 20)
+	build := exec.CommandContext(ctx, "../scripts/image", tag)
+	build.Env = append(p.env, "VERSION="+version, "REVISION="+revision, "ENGINE=podman")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/image: %v\n%s", err, lastLines(out, 30))
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.cmd(ctx, "rmi", "-f", tag).Run()
+	})
+
+	t.Run("version", func(t *testing.T) {
+		got := p.run(t, ctx, "run", "--rm", tag, "--version")
+		want := "hotcount " + version + " (revision " + revision + ", "
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("--version printed %q, want it to start with %q", got, want)
+		}
+		if user := p.run(t, ctx, "image", "inspect", "--format", "{{.Config.User}}", tag); user != "65532:65532" {
+			t.Errorf("the image runs as %q, want 65532:65532", user)
+		}
+	})
+
+	t.Run("serve", func(t *testing.T) {
+		objs := readManifest(t, "kubernetes/serve.yaml")
+		pod := find(t, objs, "Deployment", "hotcount").Spec.Template.Spec
+		c := hotcountContainer(t, pod, "serve")
+		dir := t.TempDir()
+		cfgPath := c.arg("--config")
+		cfgText := configFile(t, objs, pod, c)
+		var cfg struct {
+			TokenFile string `yaml:"token_file"`
+		}
+		if err := yaml.Unmarshal([]byte(cfgText), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		token := randomHex(t, 16)
+		for name, text := range map[string]string{"config": cfgText, "token": token} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name := "hotcount-test-serve-" + id
+		// The Deployment's arguments and config; no HOTCOUNT_REDIS or
+		// HOTCOUNT_POSTGRES, so the embedded store with its SQLite file in
+		// the image's /data volume.
+		args := []string{"run", "-d", "--name", name, "-p", "127.0.0.1::7070",
+			"-v", filepath.Join(dir, "config") + ":" + cfgPath + ":ro",
+			"-v", filepath.Join(dir, "token") + ":" + cfg.TokenFile + ":ro",
+			"-e", "HOTCOUNT_LISTEN=" + c.env("HOTCOUNT_LISTEN"), tag}
+		p.run(t, ctx, append(args, c.Args...)...)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p.cmd(ctx, "rm", "-f", "-v", name).Run()
+		})
+		logs := func() string {
+			out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+			return lastLines(out, 20)
+		}
+		hostPort := p.run(t, ctx, "port", name, "7070")
+		if _, port, err := net.SplitHostPort(hostPort); err != nil {
+			t.Fatalf("podman port: %q", hostPort)
+		} else {
+			hostPort = "127.0.0.1:" + port
+		}
+		base := "http://" + hostPort
+		waitHTTP(t, ctx, base+"/healthz", "", logs)
+		// The API with the ConfigMap's token: an increment lands in
+		// the volume's SQLite-backed store and reads back.
+		if code, body := do(t, ctx, "POST", base+"/v1/counters/views:image/incr", token, `{"by":3}`); code != 200 {
+			t.Fatalf("incr: %d %s\n%s", code, body, logs())
+		}
+		if code, _ := do(t, ctx, "GET", base+"/v1/counters/views:image", "", ""); code != 401 {
+			t.Errorf("a read without the token answered %d, want 401", code)
+		}
+		mount := p.run(t, ctx, "inspect", "--format", "{{range .Mounts}}{{if eq .Destination \"/data\"}}{{.Source}}{{end}}{{end}}", name)
+		if mount == "" {
+			t.Errorf("no volume at /data")
+		} else if st, err := os.Stat(filepath.Join(mount, "hotcount.db")); err != nil {
+			t.Errorf("no SQLite file in the /data volume: %v", err)
+		} else if uid := fileUID(st); uid != 65532 {
+			t.Errorf("hotcount.db belongs to uid %d, want 65532", uid)
+		}
+		p.run(t, ctx, "stop", "-t", "30", name)
+		if code := p.run(t, ctx, "inspect", "--format", "{{.State.ExitCode}}", name); code != "0" {
+			t.Errorf("serve exited with %s after SIGTERM\n%s", code, logs())
+		}
+		if l := logs(); !strings.Contains(l, "stopped cleanly") {
+			t.Errorf("serve did not say it stopped cleanly:\n%s", l)
+		}
+	})
+
+	t.Run("proxy", func(t *testing.T) {
+		objs := readManifest(t, "kubernetes/proxy-sidecar.yaml")
+		var pod podSpec
+		for _, o := range objs {
+			if o.Kind == "Deployment" {
+				pod = o.Spec.Template.Spec
+			}
+		}
+		c := hotcountContainer(t, pod, "proxy")
+		node, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { node.Stop() })
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config"), []byte(configFile(t, objs, pod, c)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// On the host's network, to reach the node on loopback; so on free
+		// loopback ports rather than the pod's.
+		admin, resp := freeAddr(t), freeAddr(t)
+		name := "hotcount-test-proxy-" + id
+		args := []string{"run", "-d", "--name", name, "--network", "host",
+			"-v", filepath.Join(dir, "config") + ":" + c.arg("--config") + ":ro",
+			"-e", "HOTCOUNT_REDIS=" + node.Addr, "-e", "HOTCOUNT_ADMIN_LISTEN=" + admin, "-e", "HOTCOUNT_RESP_LISTEN=" + resp, tag}
+		p.run(t, ctx, append(args, c.Args...)...)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p.cmd(ctx, "rm", "-f", "-v", name).Run()
+		})
+		logs := func() string {
+			out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+			return lastLines(out, 20)
+		}
+		waitHTTP(t, ctx, "http://"+admin+c.ReadinessProbe.HTTPGet.Path, "", logs)
+		if got, err := testenv.Do(ctx, resp, "INCRBY", "views:sidecar", "2"); err != nil || got != "2" {
+			t.Errorf("INCRBY through the proxy: %q, %v\n%s", got, err, logs())
+		}
+	})
+}
+
+// waitHTTP polls url until it answers 200, for up to two minutes.
+func waitHTTP(t *testing.T, ctx context.Context, url, token string, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		code, body := do(t, ctx, "GET", url, token, "")
+		if code == 200 {
+			return
+		}
+		last = fmt.Sprintf("%d %s", code, body)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer 200 (last: %s)\n%s", url, last, logs())
+}
+
+// do sends one request; a failed connection is code 0.
+func do(t *testing.T, ctx context.Context, method, url, token, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, strings.TrimSpace(string(b))
+}
+
+// freeAddr returns a free loopback address.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
