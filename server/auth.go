@@ -217,6 +217,24 @@ func principalOf(ctx context.Context) *principal {
 	return p
 }
 
+// Protect returns h behind the server's tokens, as a route of its own
+// that spans every counter: once tokens are configured, a request needs
+// one with scope (ScopeAdmin serves for ScopeMetrics, and MetricsPublic
+// opens ScopeMetrics) that is not limited to key prefixes; otherwise it
+// gets the server's 401 or 403. A face that serves handlers of its own
+// beside the server's routes (the proxy's admin port, its /metrics) puts
+// them behind the same tokens with it.
+func (s *Server) Protect(scope Scope, h http.Handler) http.Handler {
+	rt := route{pattern: "protected", scope: scope, global: true}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authorize(r, rt); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // CheckTokens reports whether New would accept the single token and the
 // tokens; the error wraps ErrConfig and names the token. Configuration
 // loaders call it before they build a Client.

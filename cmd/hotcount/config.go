@@ -172,6 +172,7 @@ type serveConfig struct {
 	NaiveLabels          bool          `yaml:"naive_labels"`
 	BufferMaxKeys        int           `yaml:"buffer_max_keys"`
 	BufferMaxPendingKeys int           `yaml:"buffer_max_pending_keys"`
+	BufferHotAt          int           `yaml:"buffer_hot_at"`
 	CheckpointInterval   time.Duration `yaml:"checkpoint_interval"`
 	RollupAge            time.Duration `yaml:"rollup_age"`
 	CleanupInterval      time.Duration `yaml:"cleanup_interval"`

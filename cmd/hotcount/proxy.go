@@ -120,7 +120,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 	var admin *http.Server
 	adminDone := make(chan error, 1)
 	if cfg.AdminListen != "off" {
-		h, err := proxyAdmin(srv, hc, logger)
+		h, err := proxyAdmin(srv, hc, cfg, logger)
 		var aln net.Listener
 		if err == nil {
 			aln, err = net.Listen("tcp", cfg.AdminListen)
@@ -202,18 +202,22 @@ var proxyDashboardRoutes = []string{
 // proxyAdmin is the handler of the proxy's admin port: the proxy's
 // /metrics, /healthz and /readyz, and serve's dashboard with the read-only
 // routes it uses (hot keys, writes per node, loss window) over the
-// proxy's Client.
-func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, logger *slog.Logger) (http.Handler, error) {
+// proxy's Client. The tokens of cfg (token, token_file, tokens) guard it
+// as they guard serve: /metrics needs the metrics or admin scope (or
+// metrics_public), the dashboard's routes their own scopes; /healthz and
+// /readyz stay open.
+func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, cfg serveConfig, logger *slog.Logger) (http.Handler, error) {
 	own, err := srv.AdminHandler()
 	if err != nil {
 		return nil, err
 	}
-	dash, err := server.New(server.Config{Client: hc, Logger: logger})
+	dash, err := server.New(server.Config{Client: hc, Logger: logger, Token: cfg.Token, Tokens: cfg.tokens, MetricsPublic: cfg.MetricsPublic})
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", own)
+	mux.Handle("GET /metrics", dash.Protect(server.ScopeMetrics, own))
 	for _, p := range proxyDashboardRoutes {
 		mux.Handle(p, dash)
 	}

@@ -140,13 +140,13 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.Data }},
 	{name: setEmbeddedNodes, typ: "int", def: strconv.Itoa(hotcount.DefaultEmbeddedNodes), doc: "simulated nodes of the embedded store (without redis)", cmds: cmdServe, lib: "Embedded.Nodes",
 		ptr: func(c *serveConfig) any { return &c.EmbeddedNodes }},
-	{name: setToken, typ: "string", doc: "one bearer token with every scope (reads need it too); prefer token_file or the environment: a flag shows in ps", cmds: cmdServe,
+	{name: setToken, typ: "string", doc: "one bearer token with every scope (reads need it too; the proxy: its admin port); prefer token_file or the environment: a flag shows in ps", cmds: cmdBoth,
 		ptr: func(c *serveConfig) any { return &c.Token }},
-	{name: setTokenFile, typ: "path", doc: "file holding that token", cmds: cmdServe,
+	{name: setTokenFile, typ: "path", doc: "file holding that token", cmds: cmdBoth,
 		ptr: func(c *serveConfig) any { return &c.TokenFile }},
-	{name: setTokens, typ: "list of tokens", doc: "scoped bearer tokens (see Tokens below)", cmds: cmdServe, fileOnly: true,
+	{name: setTokens, typ: "list of tokens", doc: "scoped bearer tokens (see Tokens below)", cmds: cmdBoth, fileOnly: true,
 		ptr: func(c *serveConfig) any { return &c.Tokens }},
-	{name: setMetricsPublic, typ: "bool", def: "false", doc: "serve /metrics without a token when tokens are configured", cmds: cmdServe,
+	{name: setMetricsPublic, typ: "bool", def: "false", doc: "serve /metrics without a token when tokens are configured", cmds: cmdBoth,
 		ptr: func(c *serveConfig) any { return &c.MetricsPublic }},
 	{name: setDashboard, typ: "bool", def: "true", doc: "serve the dashboard at /", cmds: cmdServe,
 		ptr: func(c *serveConfig) any { return &c.Dashboard }},
@@ -190,6 +190,8 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.BufferMaxKeys }},
 	{name: "buffer_max_pending_keys", typ: "int", def: strconv.Itoa(buffer.DefaultMaxPendingKeys), doc: "keys held while the cache is unreachable before new keys get back-pressure", cmds: cmdBoth, lib: "Buffer.MaxPendingKeys",
 		ptr: func(c *serveConfig) any { return &c.BufferMaxPendingKeys }},
+	{name: "buffer_hot_at", typ: "int", def: strconv.Itoa(buffer.DefaultHotAt), doc: "increments of a key in one flush interval that make it hot: its flush is exactly-once; a cold key's is one plain INCRBY, dropped and counted when its reply is lost (1: every key hot)", cmds: cmdBoth, lib: "Buffer.HotAt",
+		ptr: func(c *serveConfig) any { return &c.BufferHotAt }},
 	{name: "checkpoint_interval", typ: "duration", def: hotcount.DefaultCheckpointInterval.String(), doc: "how often fast-mode counters are checkpointed to the durable store", cmds: cmdBoth, lib: "Durability.CheckpointInterval",
 		ptr: func(c *serveConfig) any { return &c.CheckpointInterval }},
 	{name: "rollup_age", typ: "duration", def: hotcount.DefaultRollupAge.String(), doc: "age past which durable events are rolled up into totals", cmds: cmdBoth, lib: "Durability.RollupAge",
@@ -244,12 +246,12 @@ var nsFields = []nsField{
 
 // tokenFields are the fields of a scoped token in the file.
 var tokenFields = []nsField{
-	{"name", "string", "shown in the access log and the metrics", cmdServe, ""},
-	{"token", "string", "the secret (give exactly one of token, token_file and token_env)", cmdServe, ""},
-	{"token_file", "path", "a file holding the secret", cmdServe, ""},
-	{"token_env", "string", "an environment variable holding the secret", cmdServe, ""},
-	{"scopes", "list", "read, write, admin, metrics", cmdServe, ""},
-	{"prefixes", "list", "key prefixes the token is limited to (default: every key)", cmdServe, ""},
+	{"name", "string", "shown in the access log and the metrics", cmdBoth, ""},
+	{"token", "string", "the secret (give exactly one of token, token_file and token_env)", cmdBoth, ""},
+	{"token_file", "path", "a file holding the secret", cmdBoth, ""},
+	{"token_env", "string", "an environment variable holding the secret", cmdBoth, ""},
+	{"scopes", "list", "read, write, admin, metrics", cmdBoth, ""},
+	{"prefixes", "list", "key prefixes the token is limited to (default: every key)", cmdBoth, ""},
 }
 
 // Names of settings used in code besides the schema.
@@ -391,11 +393,7 @@ func checkFileKeys(doc *yaml.Node, cmd cmdSet) ([]string, error) {
 			return nil, unknownKey(k, key, "", top)
 		}
 		if s.cmds&cmd == 0 {
-			hint := ""
-			if cmd == cmdProxy && (key == setTokens || key == setToken || key == setTokenFile) {
-				hint = "; the proxy's admin port takes no tokens: keep it on loopback or a private network, or set admin_listen: off"
-			}
-			return nil, fmt.Errorf("line %d: %s is a setting of %s, not of hotcount %s%s", k.Line, key, s.cmds.only(), cmd, hint)
+			return nil, fmt.Errorf("line %d: %s is a setting of %s, not of hotcount %s", k.Line, key, s.cmds.only(), cmd)
 		}
 		switch key {
 		case setNamespaces:
@@ -607,7 +605,7 @@ the other command uses is an error naming that command
 	for _, f := range nsFields {
 		w("| `%s` | %s | %s | %s |\n", f.name, f.typ, f.cmds, f.doc)
 	}
-	w("\n## Tokens\n\nEach token of `tokens` (serve only; the proxy's admin port has no tokens: keep it\non loopback or a private network, or set `admin_listen: off`):\n\n| field | type | meaning |\n|---|---|---|\n")
+	w("\n## Tokens\n\nEach token of `tokens` has these fields. In `hotcount serve` the tokens guard the\nHTTP API; in `hotcount proxy` they guard its admin port as they guard serve\n(`/metrics` needs the `metrics` or `admin` scope, or `metrics_public`; the\ndashboard's routes their own scopes; `/healthz` and `/readyz` stay open). Redis\nclients of the proxy `AUTH` with `resp_password` instead.\n\n| field | type | meaning |\n|---|---|---|\n")
 	for _, f := range tokenFields {
 		w("| `%s` | %s | %s |\n", f.name, f.typ, f.doc)
 	}

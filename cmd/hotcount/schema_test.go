@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -143,7 +146,7 @@ func TestFileKeys(t *testing.T) {
 		{"proxy key in serve", cmdServe, "resp_listen: 127.0.0.1:6380\n", "resp_listen is a setting of hotcount proxy"},
 		{"reply in serve", cmdServe, "namespaces: [{prefix: a, reply: exact}]\n", "reply is a setting of hotcount proxy"},
 		{"listen in proxy", cmdProxy, "listen: 127.0.0.1:7070\n", "listen is a setting of hotcount serve"},
-		{"tokens in proxy", cmdProxy, "tokens: [{name: a, token: b, scopes: [read]}]\n", "tokens is a setting of hotcount serve, not of hotcount proxy; the proxy's admin port takes no tokens"},
+		{"dashboard in proxy", cmdProxy, "dashboard: false\n", "dashboard is a setting of hotcount serve, not of hotcount proxy"},
 		{"config in the file", cmdServe, "config: other.yaml\n", `unknown key "config"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -231,5 +234,61 @@ func TestReferenceExample(t *testing.T) {
 	}
 	if _, err := checkFileKeys(&doc, cmdServe); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProxyAdminTokens: the tokens of the proxy's file guard its admin
+// port as they guard serve: /metrics needs the metrics (or admin) scope,
+// the dashboard's routes their scopes; /healthz stays open. (The proxy
+// accepted tokens and ignored them: every route answered anyone.)
+func TestProxyAdminTokens(t *testing.T) {
+	clearServeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	conf := writeFile(t, `namespaces: [{prefix: "px:"}]
+tokens:
+  - {name: scrape, token: scrape-secret, scopes: [metrics]}
+  - {name: ops, token: ops-secret, scopes: [read, admin]}
+`)
+	_, admin, stop := inProcessProxy(t, "--redis", n.Addr, "--config", conf, "--admin-listen", "127.0.0.1:0")
+	defer stop()
+	if admin == "" {
+		t.Fatal("the proxy did not say where its admin port is")
+	}
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", "wrong", http.StatusUnauthorized},
+		{"/metrics", "scrape-secret", http.StatusOK},
+		{"/metrics", "ops-secret", http.StatusOK},
+		{"/v1/stats", "", http.StatusUnauthorized},
+		{"/v1/stats", "scrape-secret", http.StatusForbidden},
+		{"/v1/stats", "ops-secret", http.StatusOK},
+		{"/v1/hotkeys", "", http.StatusUnauthorized},
+		{"/healthz", "", http.StatusOK},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", admin+tc.path, nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s with token %q: %d %s, want %d", tc.path, tc.token, resp.StatusCode, body, tc.want)
+		}
+		if tc.path == "/metrics" && resp.StatusCode == http.StatusOK && !strings.Contains(string(body), "hotcount_proxy_") {
+			t.Errorf("GET /metrics: no hotcount_proxy_ series")
+		}
 	}
 }
