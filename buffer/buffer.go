@@ -46,10 +46,12 @@
 //
 // # Hot and cold keys
 //
-// Each cell also counts its Adds (on the cache line its delta is on
-// already; a cell with lanes does not count). At a cut, a key with at
-// least Config.HotAt Adds since the previous cut is hot, and stays hot
-// while it gets at least half as many; a cell with lanes is hot. A hot
+// A cold key's cell also counts its Adds (on the cache line its delta is
+// on already). At a cut, a cold key with at least Config.HotAt Adds since
+// the previous cut turns hot; a hot key stays hot while the delta cut
+// from it is at least half of HotAt in magnitude (for increments of 1, the
+// count: a hot key's Add costs one atomic add, as before), and a cell with
+// lanes is hot. A hot
 // key's op is exactly-once by writer sequence: the buffer has a writer id
 // (96 random bits from crypto/rand) and numbers its hot ops 1, 2, 3, ...;
 // the sink applies an op only if its number is above the last one it
@@ -230,7 +232,9 @@ func (b *Buffer) Add(key string, delta int64) error {
 		// and, as a uint64, far above 2*MaxDelta.
 		nv := c.v.Add(delta)
 		if uint64(nv+MaxDelta) <= 2*MaxDelta {
-			c.adds.Add(1) // on v's cache line, which the add owns already
+			if !c.hot.Load() {
+				c.adds.Add(1) // a cold key's Adds are counted
+			}
 			return nil
 		}
 		return b.addFixup(c, delta, nv)
@@ -327,7 +331,9 @@ func (b *Buffer) addCAS(c *cell, delta int64) (dead bool, err error) {
 			return false, ErrOverflow
 		}
 		if c.v.CompareAndSwap(old, old+delta) {
-			c.adds.Add(1)
+			if !c.hot.Load() {
+				c.adds.Add(1)
+			}
 			return false, nil
 		}
 	}

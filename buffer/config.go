@@ -70,9 +70,9 @@ type Config struct {
 	// sub-counter's slot); a
 	// cold key's is one plain INCRBY: no script, no extra key, and, when
 	// its reply is lost, dropped rather than retried (Stats.ColdDropped).
-	// A hot key turns cold after an interval with fewer than half as many
-	// Adds (HotAt/2, rounded up); a key with lanes is hot. 1 makes every
-	// key hot (every flush exactly-once). Default DefaultHotAt.
+	// A hot key turns cold after an interval whose delta is below half of
+	// HotAt (rounded up) in magnitude; a key with lanes is hot. 1 makes
+	// every key hot (every flush exactly-once). Default DefaultHotAt.
 	HotAt int
 	// MaxBackoff caps the wait before an op that failed is retried; the
 	// wait starts at Interval and doubles per failure. Default

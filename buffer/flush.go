@@ -148,9 +148,9 @@ func (b *Buffer) cut(kill bool) {
 				continue
 			}
 			if kill {
-				hot := b.hot(c, c.lanes.Load() != nil)
+				spread := c.lanes.Load() != nil
 				if x := c.v.Swap(deadMark) + b.dropLanes(c); x != 0 {
-					b.addOp(c.key, x, c.since.Load(), !hot)
+					b.addOp(c.key, x, c.since.Load(), !b.hot(c, spread, x))
 				}
 				continue
 			}
@@ -170,11 +170,11 @@ func (b *Buffer) cut(kill bool) {
 				b.spread.Add(1)
 			}
 			since := c.since.Load()
-			hot := b.hot(c, ls != nil)
 			x := c.v.Swap(0)
 			if ls != nil {
 				x += ls.swap(0)
 			}
+			hot := b.hot(c, ls != nil, x)
 			if x != 0 {
 				b.addOp(c.key, x, since, !hot)
 			} else {
@@ -203,15 +203,29 @@ func (b *Buffer) spreads(v int64) bool {
 	return (v >= spreadAt || v <= -spreadAt) && runtime.GOMAXPROCS(0) > 1 && b.spread.Load() < maxSpread
 }
 
-// hot takes the Adds c counted since the last cut and decides, with
-// hysteresis, whether its key is hot: a cell with lanes is; otherwise a
-// key turns hot at Config.HotAt Adds in one interval and stays hot while
-// it gets at least half as many. The caller holds opsMu and c's shard
-// lock.
-func (b *Buffer) hot(c *cell, spread bool) bool {
-	n := c.adds.Swap(0)
-	c.hot = spread || n >= int64(b.cfg.HotAt) || (c.hot && n >= int64(b.coolAt()))
-	return c.hot
+// hot decides, with hysteresis, whether c's key is hot, given the delta x
+// cut from it: a cell with lanes is; a cold key turns hot at
+// Config.HotAt Adds since the last cut; a hot key stays hot while the
+// magnitude of its cut delta is at least half of HotAt. Adds are counted
+// only while a key is cold, so that a hot key's Add costs one atomic add,
+// not two; for increments of 1 the magnitude is the count. The caller
+// holds opsMu and c's shard lock.
+func (b *Buffer) hot(c *cell, spread bool, x int64) bool {
+	was := c.hot.Load()
+	var hot bool
+	switch {
+	case spread:
+		hot = true
+	case was:
+		hot = x >= int64(b.coolAt()) || x <= -int64(b.coolAt())
+	default:
+		hot = c.adds.Load() >= int64(b.cfg.HotAt)
+	}
+	if hot != was {
+		c.hot.Store(hot)
+	}
+	c.adds.Store(0)
+	return hot
 }
 
 // coolAt is the Adds per interval below which a hot key turns cold: half

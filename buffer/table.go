@@ -31,17 +31,17 @@ const (
 // cell is one key's accumulating delta. The read-mostly fields and the
 // contended counter sit on separate cache lines, so Adds on one hot key
 // from many cores do not also invalidate the key that lookups compare.
-// Add reads only key (and hash on the hashed path) and updates v and
-// adds; since and hot belong to the flusher.
+// Add reads only key, hot (and hash on the hashed path) and updates v
+// (and adds, for a cold key); since belongs to the flusher.
 type cell struct {
 	key   string
 	hash  uint64
 	since atomic.Int64 // UnixNano: creation or the last cut, whichever is later
 	lanes atomic.Pointer[lanes]
-	hot   bool // the flusher's: the key was hot at the last cut (cuts hold opsMu)
-	_     [cacheLine - 41]byte
+	hot   atomic.Bool // the key was hot at the last cut (set by cuts, under opsMu)
+	_     [cacheLine - 44]byte
 	v     atomic.Int64
-	adds  atomic.Int64 // Adds since the last cut, not counted while it has lanes
+	adds  atomic.Int64 // a cold key's Adds since the last cut
 	_     [cacheLine - 16]byte
 }
 
