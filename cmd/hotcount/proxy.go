@@ -16,6 +16,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/internal/dirlock"
 	"github.com/hotcount/hotcount/proxy"
 	"github.com/hotcount/hotcount/server"
 )
@@ -61,9 +62,9 @@ func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, ma
 // openProxyDurable opens a durable store only when one is named: a
 // PostgreSQL URL, or a data folder given explicitly (proxies beside many
 // app hosts share PostgreSQL, not a file each).
-func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) {
+func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, func() error, error) {
 	if cfg.Postgres == "" && cfg.Sources[setData] == "default" {
-		return nil, nil
+		return nil, func() error { return nil }, nil
 	}
 	return openDurable(ctx, cfg)
 }
@@ -71,26 +72,23 @@ func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, er
 // serveProxy runs the proxy for a validated configuration.
 func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	setProcs(cfg)
-	db, err := openProxyDurable(ctx, cfg)
+	db, closeDB, err := openProxyDurable(ctx, cfg)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return failf(stderr, "proxy: %v", err)
+	}
 	if err != nil {
 		return failf(stderr, "proxy: durable store: %v", err)
 	}
 	hcfg, replies := proxyClientConfig(cfg, db)
 	hc, err := hotcount.New(ctx, hcfg)
 	if err != nil {
-		if db != nil {
-			db.Close()
-		}
+		closeDB()
 		return openFailure(stderr, "proxy", err)
 	}
 	closeClient := func() error {
 		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		err := hc.Close(cctx)
-		if db != nil {
-			err = errors.Join(err, db.Close())
-		}
-		return err
+		return errors.Join(hc.Close(cctx), closeDB())
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	srv, err := proxy.New(ctx, proxy.Config{

@@ -13,6 +13,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/internal/dirlock"
 	"github.com/hotcount/hotcount/keyspace"
 )
 
@@ -74,6 +75,13 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *pgURL != "" {
 		be, err = postgres.Open(ctx, postgres.Config{URL: *pgURL, Schema: *schema})
 	} else {
+		// Shared: refused while a process serves the embedded store from
+		// this folder (it would be foreign to the cluster anyway).
+		lock, lerr := dirlock.Shared(*dataDir)
+		if lerr != nil {
+			return failf(stderr, "rebuild: %v", lerr)
+		}
+		defer lock.Release()
 		be, err = sqlite.Open(ctx, sqlite.Config{Dir: *dataDir})
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/postgres"
 	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/internal/dirlock"
 	"github.com/hotcount/hotcount/server"
 )
 
@@ -65,15 +66,33 @@ func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 }
 
 // openDurable opens the durable store: PostgreSQL when a URL is given,
-// else the SQLite file in the data folder (created if missing).
-func openDurable(ctx context.Context, cfg serveConfig) (durable.Backend, error) {
+// else the SQLite file in the data folder (created if missing). A data
+// folder is locked first (see internal/dirlock): exclusively when this
+// process holds the embedded cache (no Redis), which lives in one process
+// only; shared when the store stands behind a Redis Cluster, where many
+// processes may share it. release closes the store and drops the lock.
+func openDurable(ctx context.Context, cfg serveConfig) (db durable.Backend, release func() error, err error) {
 	if cfg.Postgres != "" {
-		return postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
+		db, err = postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, db.Close, nil
 	}
-	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-		return nil, fmt.Errorf("creating data folder: %w", err)
+	take := dirlock.Shared
+	if len(cfg.Redis) == 0 {
+		take = dirlock.Exclusive
 	}
-	return sqlite.Open(ctx, sqlite.Config{Dir: cfg.Data})
+	lock, err := take(cfg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err = sqlite.Open(ctx, sqlite.Config{Dir: cfg.Data})
+	if err != nil {
+		lock.Release()
+		return nil, nil, err
+	}
+	return db, func() error { return errors.Join(db.Close(), lock.Release()) }, nil
 }
 
 // logger returns the log of serve on stderr, in the configured format.
@@ -87,14 +106,17 @@ func logger(cfg serveConfig, stderr io.Writer) *slog.Logger {
 // serve runs the server for a validated configuration.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	log := logger(cfg, stderr)
-	db, err := openDurable(ctx, cfg)
+	db, closeDB, err := openDurable(ctx, cfg)
+	if errors.Is(err, dirlock.ErrLocked) {
+		return failf(stderr, "serve: %v", err)
+	}
 	if err != nil {
 		return failf(stderr, "serve: durable store: %v", err)
 	}
 	timings := server.NewTimings()
 	c, err := hotcount.New(ctx, withTimings(clientConfig(cfg, db), timings))
 	if err != nil {
-		db.Close()
+		closeDB()
 		return openFailure(stderr, "serve", err)
 	}
 	// closeClient drains the Client (buffered deltas, pending durable
@@ -104,7 +126,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 		before := c.Stats()
 		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		err = errors.Join(c.Close(cctx), db.Close())
+		err = errors.Join(c.Close(cctx), closeDB())
 		return drainReport(before, c.Stats()), err
 	}
 	budget := 0.0
