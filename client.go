@@ -16,6 +16,7 @@ import (
 	"github.com/hotcount/hotcount/internal/autoscale"
 	"github.com/hotcount/hotcount/internal/durability"
 	"github.com/hotcount/hotcount/internal/engine"
+	"github.com/hotcount/hotcount/internal/regions"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 	"github.com/hotcount/hotcount/store/mem"
@@ -33,6 +34,9 @@ type Client struct {
 	// buffered alike and nothing else needs to see an increment (no
 	// namespaces, no durable store): Incr's hot path.
 	fast *buffer.Buffer
+	// reg ships this region's contributions and reads the peers' (nil
+	// without Config.Region).
+	reg *regions.Service
 
 	closeParts []func(context.Context) error // in closing order
 	closeOnce  sync.Once
@@ -114,6 +118,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	} else {
 		c.fast = c.eng.OnlyBuffer()
 	}
+	if err := c.startRegions(); err != nil {
+		return fail(err)
+	}
+	if c.reg != nil {
+		// Every increment is marked for shipping: no path skips c.incr.
+		c.fast = nil
+		undo = append(undo, c.reg.Close)
+	}
 	// Close drains in this order: the loops that resize, the durable log
 	// (whose commits feed the buffers), the buffers (whose flushes feed the
 	// cache), the final checkpoint, and the store if the Client opened it.
@@ -122,6 +134,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.closeParts = append(c.closeParts, c.dur.CloseLog, c.eng.CloseBuffers, c.dur.Close)
 	} else {
 		c.closeParts = append(c.closeParts, c.eng.CloseBuffers)
+	}
+	if c.reg != nil {
+		// After the buffers: the counters their last flushes marked are
+		// handed to the shipper.
+		c.closeParts = append(c.closeParts, c.reg.Close)
 	}
 	if s.Store == nil {
 		c.closeParts = append(c.closeParts, func(context.Context) error { return c.st.Close() })
@@ -168,18 +185,30 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 		return ErrZeroDelta
 	}
 	n := c.cfg.table.Lookup(key)
+	var err error
 	switch {
 	case n.Mode == ModeDurable:
-		return c.dur.Commit(ctx, n, strings.Clone(key), delta, id)
+		err = c.dur.Commit(ctx, n, strings.Clone(key), delta, id)
 	case id != "":
 		return fmt.Errorf("incr %q: %w", strings.Clone(key), ErrNotDurable)
-	case c.dur != nil:
+	case n.Buffered:
+		c.touch(n, key)
+		err = c.eng.Add(n, key, delta)
+	default:
+		c.touch(n, key)
+		err = c.eng.Incr(ctx, key, delta)
+	}
+	if c.reg != nil && err == nil {
+		c.reg.Mark(key)
+	}
+	return err
+}
+
+// touch tells the durability service of a write to a fast-mode counter.
+func (c *Client) touch(n *Namespace, key string) {
+	if c.dur != nil {
 		c.dur.Touch(n, strings.Clone(key))
 	}
-	if n.Buffered {
-		return c.eng.Add(n, key, delta)
-	}
-	return c.eng.Incr(ctx, key, delta)
 }
 
 // check refuses calls after Close and invalid keys.
@@ -196,7 +225,11 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	return c.eng.Get(ctx, key)
+	r, err := c.eng.Get(ctx, key)
+	if err == nil {
+		err = c.global(ctx, []*Reading{&r}, false)
+	}
+	return r, err
 }
 
 // GetFresh is Get without the summed-read cache: it reads the
@@ -206,7 +239,11 @@ func (c *Client) GetFresh(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	return c.eng.GetFresh(ctx, key)
+	r, err := c.eng.GetFresh(ctx, key)
+	if err == nil {
+		err = c.global(ctx, []*Reading{&r}, true)
+	}
+	return r, err
 }
 
 // GetMulti returns the sums of many counters. Counters not in the cache
@@ -221,7 +258,25 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 			return nil, err
 		}
 	}
-	return c.eng.GetMulti(ctx, keys)
+	m, err := c.eng.GetMulti(ctx, keys)
+	if err != nil || c.reg == nil {
+		return m, err
+	}
+	rs := make([]*Reading, 0, len(m))
+	vals := make([]Reading, 0, len(m))
+	for _, r := range m {
+		vals = append(vals, r)
+	}
+	for i := range vals {
+		rs = append(rs, &vals[i])
+	}
+	if err := c.global(ctx, rs, false); err != nil {
+		return nil, err
+	}
+	for _, r := range vals {
+		m[r.Key] = r
+	}
+	return m, nil
 }
 
 // GetExact returns the exact value of a durable-mode counter from the
@@ -240,7 +295,11 @@ func (c *Client) GetExact(ctx context.Context, key string) (Reading, error) {
 		return Reading{}, err
 	}
 	sub, err := c.SubKeys(ctx, key)
-	return Reading{Key: key, Value: v, N: len(sub)}, err
+	r := Reading{Key: key, Value: v, N: len(sub)}
+	if err == nil {
+		err = c.globalExact(ctx, &r)
+	}
+	return r, err
 }
 
 // SubKeys returns the cache keys of every sub-counter of key that may hold
@@ -263,12 +322,26 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
+	var epoch uint64
+	if c.reg != nil {
+		// Observed-remove: what this region received from each peer is
+		// fenced, and its own part starts a new epoch.
+		var err error
+		if epoch, err = c.reg.BeginClear(ctx, key); err != nil {
+			return err
+		}
+	}
 	if err := c.eng.Clear(ctx, key); err != nil {
 		return err
 	}
 	if c.dur != nil {
 		// Recorded durably: no checkpoint restore or rebuild brings it back.
-		return c.dur.Cleared(ctx, key)
+		if err := c.dur.Cleared(ctx, key); err != nil {
+			return err
+		}
+	}
+	if c.reg != nil {
+		return c.reg.EndClear(ctx, key, epoch)
 	}
 	return nil
 }

@@ -87,6 +87,16 @@ type Config struct {
 	AutoN AutoNConfig
 	// Rebalance turns on automatic re-placement after slot migrations.
 	Rebalance RebalanceConfig
+	// Region names this Client's region when a counter is written in
+	// several regions, each with its own cache (see docs/regions.md);
+	// empty means no regions. It needs Redis.
+	Region string
+	// Peers are the other regions; each region's contribution to a
+	// counter is shipped to every peer and read from them.
+	Peers []PeerConfig
+	// ShipInterval is how often the counters that changed are shipped to
+	// the peers; 0 means DefaultShipInterval.
+	ShipInterval time.Duration
 	// Timeout bounds each round trip to the backend; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -264,6 +274,10 @@ func (c Config) resolve() (settings, error) {
 			return bad("Redis address %q is not host:port", a)
 		}
 	}
+	if err := c.validateRegions(); err != nil {
+		return settings{}, err
+	}
+	s.Peers = append([]PeerConfig(nil), c.Peers...)
 	s.Redis.Addrs = append([]string(nil), c.Redis.Addrs...)
 	s.Embedded.Nodes = or(c.Embedded.Nodes, DefaultEmbeddedNodes)
 	s.Timeout = or(c.Timeout, DefaultTimeout)

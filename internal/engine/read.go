@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotcount/hotcount/internal/regions"
 	"github.com/hotcount/hotcount/keyspace"
 )
 
@@ -22,6 +23,9 @@ type Reading struct {
 	Stale time.Duration `json:"-"`
 	// N is the number of sub-counters that were summed (the read set).
 	N int `json:"n"`
+	// Regions, for a Client in a region, is each region's share of Value
+	// (the local one included) and how old it is; nil otherwise.
+	Regions map[string]regions.Share `json:"-"`
 }
 
 // SubRead is what Read found for one counter: its read set's sub-keys and

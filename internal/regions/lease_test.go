@@ -1,0 +1,244 @@
+package regions
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/internal/faultproxy"
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// kill stops s as a dead process would: its loops end, nothing is pushed
+// and the lease is not given up.
+func (s *Service) kill() {
+	s.once.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+	})
+}
+
+func node(t *testing.T) *testenv.Node {
+	t.Helper()
+	n, err := testenv.StartNode(t.Context(), testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	return n
+}
+
+func client(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
+		ClientSetInfo: rueidis.DisableClientSetInfo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// peerPart reads origin's contribution to key as the peer holds it.
+func peerPart(t *testing.T, peer rueidis.Client, key, origin string) (durable.RegionPart, bool) {
+	t.Helper()
+	h, err := peer.Do(context.Background(), peer.B().Hgetall().Key(hashKey(key)).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Parse(key, h)
+	p, ok := st.Parts[origin]
+	return p, ok
+}
+
+func waitPart(t *testing.T, peer rueidis.Client, key, origin string, want int64) durable.RegionPart {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, ok := peerPart(t, peer, key, origin)
+		if ok && p.Value == want {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer holds %s's part of %s = %+v (%v), want %d", origin, key, p, ok, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLeaseTakeoverAndFencing: two processes of region eu; one ships. It
+// dies during a partition with counters in the outbox; the other takes
+// the lease over and ships them after the heal, nothing lost. The dead
+// holder's late write, with its old token, does not replace the new
+// holder's record.
+func TestLeaseTakeoverAndFencing(t *testing.T) {
+	local, remote := node(t), node(t)
+	proxy, err := faultproxy.New(faultproxy.Config{Target: remote.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	lc := client(t, local.Addr)
+	peer := client(t, remote.Addr)
+	ctx := context.Background()
+	totals := func(ctx context.Context, keys []string) (map[string]int64, error) {
+		out := map[string]int64{}
+		for _, k := range keys {
+			v, err := lc.Do(ctx, lc.B().Get().Key("own:"+k).Build()).AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return nil, err
+			}
+			out[k] = v
+		}
+		return out, nil
+	}
+	start := func() *Service {
+		s, err := New(Config{Region: "eu", Local: lc, Totals: totals, Interval: 50 * time.Millisecond, LeaseTTL: time.Second,
+			Peers: []Peer{{Name: "us", Connect: func(ctx context.Context) (rueidis.Client, error) {
+				return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proxy.Addr()}, DisableCache: true,
+					ClientSetInfo: rueidis.DisableClientSetInfo, ConnWriteTimeout: time.Second})
+			}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return s
+	}
+	a, b := start(), start()
+	incr := func(s *Service, n int64) {
+		if err := lc.Do(ctx, lc.B().Incrby().Key("own:k").Increment(n).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		s.Mark("k")
+	}
+	incr(a, 5)
+	incr(b, 1)
+	waitPart(t, peer, "k", "eu", 6)
+	// One holder at a time.
+	var holder, other *Service
+	deadline := time.Now().Add(30 * time.Second)
+	for holder == nil {
+		ta, tb := a.token.Load(), b.token.Load()
+		switch {
+		case ta != 0 && tb != 0:
+			t.Fatalf("both processes hold the lease: tokens %d and %d", ta, tb)
+		case ta != 0:
+			holder, other = a, b
+		case tb != 0:
+			holder, other = b, a
+		case time.Now().After(deadline):
+			t.Fatal("no process holds the lease")
+		}
+	}
+	oldTok := holder.token.Load()
+	// The partition, then the holder dies with counters in the outbox.
+	proxy.Pause(faultproxy.PauseReset)
+	incr(holder, 10)
+	incr(other, 100)
+	if err := holder.push(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	holder.kill()
+	// The other process takes over once the lease runs out.
+	deadline = time.Now().Add(30 * time.Second)
+	for other.token.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not taken over")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	newTok := other.token.Load()
+	if newTok <= oldTok {
+		t.Fatalf("new token %d not above the dead holder's %d", newTok, oldTok)
+	}
+	if p, _ := peerPart(t, peer, "k", "eu"); p.Value != 6 {
+		t.Fatalf("the peer got %d during the partition", p.Value)
+	}
+	proxy.Resume()
+	p := waitPart(t, peer, "k", "eu", 116)
+	if p.Lease != newTok {
+		t.Fatalf("record of lease %d, want the new holder's %d", p.Lease, newTok)
+	}
+	// The dead holder wakes up with its old token and ships a value read
+	// now: the peer keeps the new holder's record.
+	if err := lc.Do(ctx, lc.B().Incrby().Key("own:k").Increment(1000).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mark(ctx, lc, []string{"k"}, holder.outboxes); err != nil {
+		t.Fatal(err)
+	}
+	holder.token.Store(oldTok)
+	// (Its connection broke in the partition: rueidis reconnects on a
+	// later call.)
+	var n int
+	for range 20 {
+		if n, _, err = holder.ship(holder.links[0], oldTok); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || n == 0 {
+		t.Fatalf("the stale holder's round: %d records, %v; want it to try", n, err)
+	}
+	if got, _ := peerPart(t, peer, "k", "eu"); got.Value != 116 || got.Lease != newTok {
+		t.Fatalf("a stale holder replaced the record: %+v", got)
+	}
+	// The live holder ships the new value.
+	other.Mark("k")
+	waitPart(t, peer, "k", "eu", 1116)
+}
+
+// TestApplyScript: the receiving script keeps the highest version, as
+// State.Merge does.
+func TestApplyScript(t *testing.T) {
+	n := node(t)
+	c := client(t, n.Addr)
+	ctx := context.Background()
+	apply := func(p durable.RegionPart) {
+		t.Helper()
+		if err := round(ctx, c, nil, []call{{s: applyScript, keys: []string{hashKey(p.Key)}, args: []string{field(p), Encode(p)}}})[0].Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want State
+	for i, p := range []durable.RegionPart{
+		rec("us", durable.PartContribution, 0, 1, 1, 10),
+		rec("us", durable.PartContribution, 0, 1, 3, 30),
+		rec("us", durable.PartContribution, 0, 1, 2, 20),
+		rec("us", durable.PartContribution, 0, 0, 9, 90),
+		rec("us", durable.PartContribution, 0, 1_700_000_000_000, 0, 31),
+		rec("us", durable.PartContribution, 2*1_700_000_000_000, 0, 0, 1),
+		rec("us", durable.PartContribution, 0, 9, 9, 99),
+		rec("us", durable.PartFence, 4, 1, 1, 7),
+		rec("us", durable.PartFence, 2, 1, 9, 8),
+	} {
+		apply(p)
+		want.Merge(p)
+		got, _ := peerPart(t, c, "k", "us")
+		if got.Version(want.Parts["us"]) != 0 || got.Value != want.Parts["us"].Value {
+			t.Fatalf("step %d: script holds %+v, Merge %+v", i, got, want.Parts["us"])
+		}
+	}
+	h, _ := c.Do(ctx, c.B().Hget().Key(hashKey("k")).Field("f:us").Build()).ToString()
+	if f, _ := Decode("k", "f:us", h); f.Value != 7 {
+		t.Fatalf("fence = %+v, want the epoch-4 one", f)
+	}
+	// A clear turns the contribution into a fence and starts an odd epoch
+	// above 2 × now in ms.
+	odd, err := clearScript.Exec(ctx, c, []string{hashKey("k")}, nil).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := strconv.ParseUint(odd, 10, 64)
+	if e%2 != 1 || e < uint64(2*time.Now().Add(-time.Minute).UnixMilli()) {
+		t.Fatalf("clear epoch %d", e)
+	}
+	h, _ = c.Do(ctx, c.B().Hget().Key(hashKey("k")).Field("f:us").Build()).ToString()
+	if f, _ := Decode("k", "f:us", h); f.Value != 1 || f.Epoch != 2*1_700_000_000_000 {
+		t.Fatalf("fence after clear = %+v, want the contribution it observed", f)
+	}
+}

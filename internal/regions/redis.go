@@ -1,0 +1,317 @@
+package regions
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+// Cache keys. Every key of the package starts with "hotcount:rg:"; a key
+// that scripts touch together shares one hash tag.
+const (
+	// Shards is the number of shards of the outboxes and inboxes, so that
+	// their load spreads over the cluster's nodes.
+	Shards = 16
+	// leaseKey and tokenKey: the shipping lease of a region and its
+	// fencing token.
+	leaseKey = "hotcount:rg:lease:{hotcount-rg}"
+	tokenKey = "hotcount:rg:token:{hotcount-rg}"
+)
+
+// hashKey returns the region hash of counter key.
+func hashKey(key string) string { return "hotcount:rg:{" + key + "}" }
+
+// shardOf returns the outbox shard of counter key.
+func shardOf(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % Shards)
+}
+
+// boxKey returns shard s of the outbox to peer (kind "out") or of the
+// inbox (kind "in", peer ""), and seqKey the counter its marks draw from.
+func boxKey(kind string, s int, peer string) string {
+	return "hotcount:rg:" + kind + ":{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
+}
+
+func seqKey(s int) string { return "hotcount:rg:mark:{hotcount-rg-" + strconv.Itoa(s) + "}" }
+
+// seenKey is set in a peer's cache once origin has shipped everything it
+// has to it; a peer whose cache lost it gets everything again.
+func seenKey(origin string) string { return "hotcount:rg:seen:{hotcount-rg}:" + origin }
+
+// newer is the Lua comparison of two records: whether v's version
+// (epoch, lease, seq: fields 2-4) is at least old's. A malformed old
+// record is replaced.
+const newer = `
+local function fields(s)
+  local t = {}
+  for x in string.gmatch(s, '[^:]+') do t[#t+1] = x end
+  return t
+end
+local function newer(v, old)
+  if not old then return true end
+  local a, b = fields(old), fields(v)
+  if a[1] ~= '1' or #a ~= 6 then return true end
+  for j = 2, 4 do
+    local p, q = tonumber(b[j]), tonumber(a[j])
+    if p ~= q then return p > q end
+  end
+  return true
+end
+`
+
+// applyScript stores records (ARGV: field, value pairs) in the region hash
+// KEYS[1], each only when its version is not older than the stored one.
+// It returns how many it stored.
+var applyScript = newScript(newer + `
+local n = 0
+for i = 1, #ARGV, 2 do
+  if newer(ARGV[i+1], redis.call('HGET', KEYS[1], ARGV[i])) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// clearScript starts a clear of the counter whose region hash is KEYS[1]:
+// it sets the own epoch to an odd value above the old one and above 2 ×
+// the cache's clock in ms, and turns every contribution received into a
+// fence (observed-remove). It returns the odd epoch, as a string.
+var clearScript = rueidis.NewLuaScript(newer + `
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local e = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
+local odd = 2 * ms + 1
+if odd <= e then
+  odd = e + 1
+  if odd % 2 == 0 then odd = odd + 1 end
+end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'c:' then
+    local f = 'f:' .. string.sub(all[i], 3)
+    if newer(all[i+1], redis.call('HGET', KEYS[1], f)) then
+      redis.call('HSET', KEYS[1], f, all[i+1])
+    end
+  end
+end
+local s = string.format('%.0f', odd)
+redis.call('HSET', KEYS[1], 'e', s)
+return s
+`)
+
+// epochScript raises the own epoch of KEYS[1] to ARGV[1] when it is below
+// it (the end of a clear, or an epoch restored from the durable store).
+var epochScript = rueidis.NewLuaScript(`
+local e = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
+if e < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'e', ARGV[1])
+  return 1
+end
+return 0
+`)
+
+// leaseScript takes or renews the shipping lease KEYS[1] for ARGV[1]
+// (ttl ARGV[2] ms). It returns the holder's fencing token, or 0 when
+// another process holds the lease. A new holder's token is above every
+// earlier one and at least the cache's clock in ms, so it rises even
+// after the cache lost the token.
+var leaseScript = rueidis.NewLuaScript(`
+local h = redis.call('GET', KEYS[1])
+if h == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+if h then return 0 end
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+if tok < ms then tok = ms end
+redis.call('SET', KEYS[2], string.format('%.0f', tok))
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return tok
+`)
+
+// releaseScript gives the lease KEYS[1] up if ARGV[1] holds it.
+var releaseScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// markScript adds the counters ARGV to every box KEYS[1..n-1] of one
+// shard, with a score drawn from the shard's counter KEYS[n]: a counter
+// marked again gets a higher score, so taking it off with ackScript after
+// an earlier read of it leaves it marked.
+var markScript = newScript(`
+local s = redis.call('INCR', KEYS[#KEYS])
+for k = 1, #KEYS - 1 do
+  for i = 1, #ARGV, 500 do
+    local args = {}
+    for j = i, math.min(i + 499, #ARGV) do
+      args[#args+1] = s
+      args[#args+1] = ARGV[j]
+    end
+    redis.call('ZADD', KEYS[k], unpack(args))
+  end
+end
+return s
+`)
+
+// ackScript takes the counters off box KEYS[1] (ARGV: member, score
+// pairs) whose score is still the one read.
+var ackScript = newScript(`
+local n = 0
+for i = 1, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i+1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// marked is one counter taken from a box, with the score it had.
+type marked struct {
+	key   string
+	score string
+}
+
+// markCalls returns the script calls that add keys to the boxes named by
+// box(shard): one call per shard.
+func markCalls(keys []string, box func(shard int) []string) []call {
+	byShard := make(map[int][]string)
+	for _, k := range keys {
+		s := shardOf(k)
+		byShard[s] = append(byShard[s], k)
+	}
+	calls := make([]call, 0, len(byShard))
+	for s, ks := range byShard {
+		calls = append(calls, call{s: markScript, keys: append(box(s), seqKey(s)), args: ks})
+	}
+	return calls
+}
+
+// mark adds keys to the boxes named by box(shard) in c, in one round.
+func mark(ctx context.Context, c rueidis.Client, keys []string, box func(shard int) []string) error {
+	for _, r := range round(ctx, c, nil, markCalls(keys, box)) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("regions: mark: %w", err)
+		}
+	}
+	return nil
+}
+
+// take reads up to limit counters from each of the boxes, in one
+// pipelined round.
+func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map[string][]marked, error) {
+	cmds := make(rueidis.Commands, len(boxes))
+	for i, b := range boxes {
+		cmds[i] = c.B().Zrange().Key(b).Min("0").Max(strconv.Itoa(limit - 1)).Withscores().Build()
+	}
+	out := make(map[string][]marked)
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		arr, err := r.AsZScores()
+		if err != nil {
+			return nil, fmt.Errorf("regions: take %s: %w", boxes[i], err)
+		}
+		for _, z := range arr {
+			out[boxes[i]] = append(out[boxes[i]], marked{key: z.Member, score: strconv.FormatFloat(z.Score, 'f', -1, 64)})
+		}
+	}
+	return out, nil
+}
+
+// ack takes the counters of ms off their boxes, in one pipelined round.
+func ack(ctx context.Context, c rueidis.Client, ms map[string][]marked) error {
+	var calls []call
+	for box, list := range ms {
+		if len(list) == 0 {
+			continue
+		}
+		args := make([]string, 0, 2*len(list))
+		for _, m := range list {
+			args = append(args, m.key, m.score)
+		}
+		calls = append(calls, call{s: ackScript, keys: []string{box}, args: args})
+	}
+	for _, r := range round(ctx, c, nil, calls) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("regions: ack: %w", err)
+		}
+	}
+	return nil
+}
+
+// readHashes returns the region hashes of keys (empty maps for counters
+// without one), in one pipelined round.
+func readHashes(ctx context.Context, c rueidis.Client, keys []string) ([]map[string]string, error) {
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.B().Hgetall().Key(hashKey(k)).Build()
+	}
+	out := make([]map[string]string, len(keys))
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return nil, fmt.Errorf("regions: read %q: %w", keys[i], err)
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// script is a Lua script run by EVALSHA, and by EVAL where the node does
+// not know it yet, so that calls of several scripts and plain commands
+// share one pipelined round.
+type script struct{ src, sha string }
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// call is one script call of a round.
+type call struct {
+	s          *script
+	keys, args []string
+}
+
+func (cl call) build(c rueidis.Client, eval bool) rueidis.Completed {
+	if eval {
+		return c.B().Eval().Script(cl.s.src).Numkeys(int64(len(cl.keys))).Key(cl.keys...).Arg(cl.args...).Build()
+	}
+	return c.B().Evalsha().Sha1(cl.s.sha).Numkeys(int64(len(cl.keys))).Key(cl.keys...).Arg(cl.args...).Build()
+}
+
+// round sends the commands cmds and the script calls calls in one
+// pipelined round (a second one only for scripts a node did not know) and
+// returns their results in order: cmds first.
+func round(ctx context.Context, c rueidis.Client, cmds rueidis.Commands, calls []call) []rueidis.RedisResult {
+	for _, cl := range calls {
+		cmds = append(cmds, cl.build(c, false))
+	}
+	res := c.DoMulti(ctx, cmds...)
+	n := len(res) - len(calls)
+	var again rueidis.Commands
+	var at []int
+	for i, cl := range calls {
+		if err, ok := rueidis.IsRedisErr(res[n+i].Error()); ok && err.IsNoScript() {
+			again = append(again, cl.build(c, true))
+			at = append(at, n+i)
+		}
+	}
+	if len(again) > 0 {
+		for j, r := range c.DoMulti(ctx, again...) {
+			res[at[j]] = r
+		}
+	}
+	return res
+}

@@ -1,0 +1,328 @@
+package regions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/clock"
+	"github.com/hotcount/hotcount/durable"
+)
+
+// Defaults of Config.
+const (
+	// DefaultInterval is how often changed counters are shipped.
+	DefaultInterval = time.Second
+	// DefaultBatch is the most counters one shard of an outbox gives one
+	// ship round.
+	DefaultBatch = 1000
+	// DefaultReadTTL is how long a counter's region hash is cached for
+	// reads.
+	DefaultReadTTL = time.Second
+	// maxCached bounds the read cache; past it the cache starts over.
+	maxCached = 1 << 16
+	// stuckClear is how long an odd (clearing) epoch may stand before the
+	// shipper ends it: the process that cleared died mid-clear.
+	stuckClear = 30 * time.Second
+)
+
+// ErrConfig: a Config value is out of range.
+var ErrConfig = errors.New("hotcount: invalid regions config")
+
+// Totals reads the region's own totals of keys: the sum of each counter's
+// sub-counters in the cache (without any process's unflushed deltas), or
+// the exact durable total of a durable-mode counter.
+type Totals func(ctx context.Context, keys []string) (map[string]int64, error)
+
+// Peer is another region.
+type Peer struct {
+	// Name is the peer region's name.
+	Name string
+	// Connect opens a client of the peer region's cache. The Service
+	// calls it at its first round to the peer and again after a failure
+	// to connect, so that a peer unreachable at start delays nothing, and
+	// closes the client at Close.
+	Connect func(ctx context.Context) (rueidis.Client, error)
+}
+
+// Config configures New.
+type Config struct {
+	// Region is this region's name (see ValidName).
+	Region string
+	// Local is this region's cache. The Service does not close it.
+	Local rueidis.Client
+	// Peers are the other regions.
+	Peers []Peer
+	// Totals reads this region's own totals; required.
+	Totals Totals
+	// Durable, when set, keeps the region's own contributions (so that a
+	// peer whose cache lost them gets them again, and an own epoch lost
+	// with the cache comes back) and the peers' parts received.
+	Durable durable.Regions
+	// Interval is how often changed counters are shipped (0:
+	// DefaultInterval). It bounds the lag a link adds.
+	Interval time.Duration
+	// LeaseTTL is how long the shipping lease lasts without renewal (0: 5
+	// × Interval, at least 2 s): the time another process takes over
+	// after the shipping process died.
+	LeaseTTL time.Duration
+	// Settle is how long after an increment its counter is shipped again
+	// (0: Interval), so that a buffered delta flushed after the first ship
+	// is shipped too. Set it to at least the longest flush interval.
+	Settle time.Duration
+	// ReadTTL is how long a region hash is cached for reads (0:
+	// DefaultReadTTL; negative: not cached).
+	ReadTTL time.Duration
+	// Timeout bounds each round trip (0: 2 s).
+	Timeout time.Duration
+	// Batch is the most counters one outbox shard gives a round (0:
+	// DefaultBatch).
+	Batch int
+	// Clock is the time source (nil: the system clock).
+	Clock clock.Clock
+}
+
+// Service ships this region's contributions to its peers and reads theirs.
+// Every process of a region runs one; one of them (the lease holder)
+// ships.
+type Service struct {
+	cfg   Config
+	me    string // process id, the lease's holder value
+	peers []string
+
+	mu    sync.Mutex
+	dirty map[string]time.Time // counters changed here → first change not yet pushed twice
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedState
+
+	token atomic.Uint64 // the lease's fencing token while held, else 0
+	seq   atomic.Uint64
+	links []*link
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+type cachedState struct {
+	s  State
+	at time.Time
+}
+
+// link is the shipping state of one peer.
+type link struct {
+	name    string
+	connect func(context.Context) (rueidis.Client, error)
+	client  rueidis.Client // nil until connected; owned by the link's loop
+	stats   LinkStats
+	mu      sync.Mutex
+}
+
+// LinkStats are the figures of one link, for metrics.
+type LinkStats struct {
+	// Peer is the peer's name.
+	Peer string
+	// Shipped counts the records written to the peer, Bytes their size.
+	Shipped, Bytes uint64
+	// Errors counts failed ship rounds.
+	Errors uint64
+	// LastSuccess is when a ship round last succeeded (zero: never, or
+	// not the lease holder).
+	LastSuccess time.Time
+	// Lag is how long the oldest counter waiting for this link has waited
+	// (as of the last round).
+	Lag time.Duration
+	// Holder reports whether this process holds the shipping lease.
+	Holder bool
+}
+
+// New validates cfg and starts the Service's loops.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case !ValidName(cfg.Region):
+		return nil, fmt.Errorf("%w: region name %q (1-64 letters, digits, - or _)", ErrConfig, cfg.Region)
+	case cfg.Local == nil || cfg.Totals == nil:
+		return nil, fmt.Errorf("%w: Local and Totals are required", ErrConfig)
+	case cfg.Interval < 0 || cfg.LeaseTTL < 0 || cfg.Settle < 0 || cfg.Timeout < 0 || cfg.Batch < 0:
+		return nil, fmt.Errorf("%w: negative setting", ErrConfig)
+	}
+	seen := map[string]bool{cfg.Region: true}
+	for _, p := range cfg.Peers {
+		if !ValidName(p.Name) || seen[p.Name] || p.Connect == nil {
+			return nil, fmt.Errorf("%w: peer %q: bad or repeated name, or no client", ErrConfig, p.Name)
+		}
+		seen[p.Name] = true
+	}
+	cfg.Interval = or(cfg.Interval, DefaultInterval)
+	cfg.LeaseTTL = or(cfg.LeaseTTL, max(5*cfg.Interval, 2*time.Second))
+	cfg.Settle = or(cfg.Settle, cfg.Interval)
+	cfg.ReadTTL = or(cfg.ReadTTL, DefaultReadTTL)
+	cfg.Timeout = or(cfg.Timeout, 2*time.Second)
+	cfg.Batch = or(cfg.Batch, DefaultBatch)
+	cfg.Clock = clock.OrReal(cfg.Clock)
+	var id [8]byte
+	rand.Read(id[:])
+	s := &Service{cfg: cfg, me: hex.EncodeToString(id[:]), dirty: make(map[string]time.Time),
+		cache: make(map[string]cachedState), stop: make(chan struct{})}
+	for _, p := range cfg.Peers {
+		s.peers = append(s.peers, p.Name)
+		s.links = append(s.links, &link{name: p.Name, connect: p.Connect, stats: LinkStats{Peer: p.Name}})
+	}
+	s.wg.Add(2)
+	go s.pushLoop()
+	go s.leaseLoop()
+	for _, l := range s.links {
+		s.wg.Add(1)
+		go s.shipLoop(l)
+	}
+	if cfg.Durable != nil {
+		s.wg.Add(1)
+		go s.inboxLoop()
+	}
+	return s, nil
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Region returns this region's name.
+func (s *Service) Region() string { return s.cfg.Region }
+
+// Mark records that counter key changed in this region: it is shipped at
+// the next rounds. It costs a map insert; the cache hears of it once per
+// Interval, for all counters marked meanwhile.
+func (s *Service) Mark(key string) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	if _, ok := s.dirty[key]; !ok {
+		s.dirty[strings.Clone(key)] = now // key may be on the caller's stack
+	}
+	s.mu.Unlock()
+}
+
+// Read returns the region state of keys (from the read cache when fresh
+// enough).
+func (s *Service) Read(ctx context.Context, keys []string, fresh bool) ([]State, error) {
+	now := s.cfg.Clock.Now()
+	out := make([]State, len(keys))
+	var miss []int
+	s.cacheMu.Lock()
+	for i, k := range keys {
+		if c, ok := s.cache[k]; ok && !fresh && s.cfg.ReadTTL > 0 && now.Sub(c.at) < s.cfg.ReadTTL {
+			out[i] = c.s
+			continue
+		}
+		miss = append(miss, i)
+	}
+	s.cacheMu.Unlock()
+	if len(miss) == 0 {
+		return out, nil
+	}
+	mk := make([]string, len(miss))
+	for j, i := range miss {
+		mk[j] = keys[i]
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	hashes, err := readHashes(ctx, s.cfg.Local, mk)
+	if err != nil {
+		return nil, err
+	}
+	s.cacheMu.Lock()
+	if len(s.cache) > maxCached {
+		s.cache = make(map[string]cachedState)
+	}
+	for j, i := range miss {
+		out[i], _ = Parse(mk[j], hashes[j])
+		if s.cfg.ReadTTL > 0 {
+			s.cache[mk[j]] = cachedState{s: out[i], at: now}
+		}
+	}
+	s.cacheMu.Unlock()
+	return out, nil
+}
+
+// BeginClear starts a clear of key in this region: a new (odd) own epoch,
+// and fences for every peer's contribution received (observed-remove).
+// The caller then deletes the counter's own state and calls EndClear with
+// the epoch returned.
+func (s *Service) BeginClear(ctx context.Context, key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	v, err := clearScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, nil).ToString()
+	if err != nil {
+		return 0, fmt.Errorf("regions: clear %q: %w", key, err)
+	}
+	s.drop(key)
+	return strconv.ParseUint(v, 10, 64)
+}
+
+// EndClear ends the clear of key begun with epoch odd: the own epoch
+// becomes odd+1 and the counter is shipped (the new epoch and the fences).
+func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	err := epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, []string{strconv.FormatUint(odd+1, 10)}).Error()
+	s.drop(key)
+	s.Mark(key)
+	if err != nil {
+		return fmt.Errorf("regions: clear %q: %w", key, err)
+	}
+	return nil
+}
+
+func (s *Service) drop(key string) {
+	s.cacheMu.Lock()
+	delete(s.cache, key)
+	s.cacheMu.Unlock()
+}
+
+// Stats returns the figures of every link.
+func (s *Service) Stats() []LinkStats {
+	out := make([]LinkStats, len(s.links))
+	holder := s.token.Load() != 0
+	for i, l := range s.links {
+		l.mu.Lock()
+		out[i] = l.stats
+		l.mu.Unlock()
+		out[i].Holder = holder
+	}
+	return out
+}
+
+// Close pushes the counters marked here, gives the lease up and stops the
+// loops. It is idempotent.
+func (s *Service) Close(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		err = s.push(ctx, true)
+		for _, l := range s.links {
+			if l.client != nil {
+				l.client.Close()
+			}
+		}
+		if s.token.Load() != 0 {
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+			_ = releaseScript.Exec(rctx, s.cfg.Local, []string{leaseKey}, []string{s.me}).Error()
+			cancel()
+		}
+	})
+	return err
+}

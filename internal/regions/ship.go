@@ -1,0 +1,385 @@
+package regions
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/durable"
+)
+
+// outboxes returns the outbox keys of shard s, one per peer.
+func (s *Service) outboxes(shard int) []string {
+	out := make([]string, len(s.peers))
+	for i, p := range s.peers {
+		out[i] = boxKey("out", shard, p)
+	}
+	return out
+}
+
+// pushLoop pushes the counters marked here to the region's outboxes every
+// Interval.
+func (s *Service) pushLoop() {
+	defer s.wg.Done()
+	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C():
+			_ = s.push(context.Background(), false)
+		}
+	}
+}
+
+// push adds the marked counters to every peer's outbox. A counter stays
+// marked until it has been pushed at least Settle after its first mark
+// (all, when final).
+func (s *Service) push(ctx context.Context, final bool) error {
+	if len(s.peers) == 0 {
+		return nil
+	}
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.dirty))
+	for k := range s.dirty {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := mark(ctx, s.cfg.Local, keys, s.outboxes); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		if t, ok := s.dirty[k]; ok && (final || now.Sub(t) >= s.cfg.Settle) {
+			delete(s.dirty, k)
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// leaseLoop takes and renews the shipping lease.
+func (s *Service) leaseLoop() {
+	defer s.wg.Done()
+	every := s.cfg.LeaseTTL / 4
+	t := s.cfg.Clock.NewTicker(every)
+	defer t.Stop()
+	var lastOK time.Time
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		tok, err := leaseScript.Exec(ctx, s.cfg.Local, []string{leaseKey, tokenKey},
+			[]string{s.me, strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10)}).AsUint64()
+		cancel()
+		now := s.cfg.Clock.Now()
+		switch {
+		case err == nil:
+			lastOK = now
+			s.token.Store(tok)
+		case now.Sub(lastOK) > s.cfg.LeaseTTL/2:
+			s.token.Store(0) // the lease may have passed to another process
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// shipLoop ships to one peer every Interval while this process holds the
+// lease.
+func (s *Service) shipLoop(l *link) {
+	defer s.wg.Done()
+	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C():
+		}
+		tok := s.token.Load()
+		if tok == 0 {
+			continue
+		}
+		n, bytes, err := s.ship(l, tok)
+		now := s.cfg.Clock.Now()
+		l.mu.Lock()
+		l.stats.Shipped += uint64(n)
+		l.stats.Bytes += uint64(bytes)
+		if err != nil {
+			l.stats.Errors++
+		} else {
+			l.stats.LastSuccess = now
+		}
+		if !l.stats.LastSuccess.IsZero() {
+			l.stats.Lag = now.Sub(l.stats.LastSuccess)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// ship runs one round to peer l with fencing token tok: the counters of
+// its outbox are read here and written there, and taken off the outbox
+// once written. It returns the records written and their size.
+func (s *Service) ship(l *link, tok uint64) (int, int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	if l.client == nil {
+		c, err := l.connect(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		l.client = c
+	}
+	boxes := make([]string, Shards)
+	for i := range boxes {
+		boxes[i] = boxKey("out", i, l.name)
+	}
+	taken, err := take(ctx, s.cfg.Local, boxes, s.cfg.Batch)
+	if err != nil {
+		return 0, 0, err
+	}
+	var keys []string
+	for _, ms := range taken {
+		for _, m := range ms {
+			keys = append(keys, m.key)
+		}
+	}
+	if len(keys) == 0 {
+		err := l.client.Do(ctx, l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()).Error()
+		if rueidis.IsRedisNil(err) {
+			return 0, 0, s.resync(ctx, l)
+		}
+		return 0, 0, err
+	}
+	recs, ready, err := s.records(ctx, keys, tok)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.token.Load() != tok {
+		return 0, 0, nil // the lease was lost meanwhile
+	}
+	var calls []call
+	var shippedKeys []string
+	n, size := 0, 0
+	for _, k := range keys {
+		rs := recs[k]
+		if len(rs) == 0 {
+			continue
+		}
+		args := make([]string, 0, 2*len(rs))
+		for _, p := range rs {
+			f, v := field(p), Encode(p)
+			args = append(args, f, v)
+			size += len(k) + len(f) + len(v)
+		}
+		n += len(rs)
+		calls = append(calls, call{s: applyScript, keys: []string{hashKey(k)}, args: args})
+		shippedKeys = append(shippedKeys, k)
+	}
+	// One round to the peer: whether it knows this region, the records,
+	// and its inbox (its lease holder keeps what arrived in its durable
+	// store).
+	calls = append(calls, markCalls(shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
+	res := round(ctx, l.client, rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}, calls)
+	for _, r := range res[1:] {
+		if err := r.Error(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := res[0].Error(); rueidis.IsRedisNil(err) {
+		if err := s.resync(ctx, l); err != nil {
+			return n, size, err
+		}
+	} else if err != nil {
+		return 0, 0, err
+	}
+	for box, ms := range taken {
+		kept := ms[:0]
+		for _, m := range ms {
+			if ready[m.key] {
+				kept = append(kept, m)
+			}
+		}
+		taken[box] = kept
+	}
+	if err := ack(ctx, s.cfg.Local, taken); err != nil {
+		return n, size, err
+	}
+	if s.cfg.Durable != nil {
+		var own []durable.RegionPart
+		for _, k := range shippedKeys {
+			for _, p := range recs[k] {
+				if p.Kind == durable.PartContribution && p.Origin == s.cfg.Region {
+					own = append(own, p)
+				}
+			}
+		}
+		if err := s.cfg.Durable.SaveRegionParts(ctx, own); err != nil {
+			return n, size, err
+		}
+	}
+	return n, size, nil
+}
+
+// records reads the own totals of keys and builds, per counter, its
+// contribution record and the fences this region holds. A counter whose
+// own epoch changed during the read, or whose clear is under way, gets no
+// record this round (ready false: it stays in the outbox).
+func (s *Service) records(ctx context.Context, keys []string, tok uint64) (map[string][]durable.RegionPart, map[string]bool, error) {
+	before, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	totals, err := s.cfg.Totals(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	after, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	var stored map[string][]durable.RegionPart
+	if s.cfg.Durable != nil {
+		if stored, err = s.cfg.Durable.LoadRegionParts(ctx, keys); err != nil {
+			return nil, nil, err
+		}
+	}
+	now := s.cfg.Clock.Now()
+	recs := make(map[string][]durable.RegionPart, len(keys))
+	ready := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		s0, _ := Parse(k, before[i])
+		s1, _ := Parse(k, after[i])
+		if s0.Epoch != s1.Epoch {
+			continue
+		}
+		if s1.Epoch%2 == 1 {
+			// A clear under way, or one whose process died mid-clear.
+			if now.UnixMilli()-int64(s1.Epoch/2) > stuckClear.Milliseconds() {
+				_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(s1.Epoch+1, 10)}).Error()
+			}
+			continue
+		}
+		if restored := ownEpoch(stored[k], s.cfg.Region); restored > s1.Epoch {
+			// The cache lost the own epoch: take it back, ship next round.
+			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(restored, 10)}).Error()
+			continue
+		}
+		rs := []durable.RegionPart{{Key: k, Origin: s.cfg.Region, Kind: durable.PartContribution, Epoch: s1.Epoch,
+			Lease: tok, Seq: s.seq.Add(1), Value: totals[k], At: now}}
+		for _, f := range s1.Fences {
+			rs = append(rs, f)
+		}
+		recs[k] = rs
+		ready[k] = true
+	}
+	return recs, ready, nil
+}
+
+// ownEpoch returns the epoch of origin's contribution among parts (0:
+// none).
+func ownEpoch(parts []durable.RegionPart, origin string) uint64 {
+	for _, p := range parts {
+		if p.Origin == origin && p.Kind == durable.PartContribution {
+			return p.Epoch
+		}
+	}
+	return 0
+}
+
+// resync gives peer l everything again, when its cache does not know this
+// region (it is new, or lost its data): every counter whose own
+// contribution the durable store holds goes into l's outbox.
+func (s *Service) resync(ctx context.Context, l *link) error {
+	if s.cfg.Durable != nil {
+		after := ""
+		for {
+			page, err := s.cfg.Durable.ListRegionParts(ctx, s.cfg.Region, durable.PartContribution, after, s.cfg.Batch)
+			if err != nil {
+				return err
+			}
+			if len(page) == 0 {
+				break
+			}
+			keys := make([]string, len(page))
+			for i, p := range page {
+				keys[i] = p.Key
+			}
+			if err := mark(ctx, s.cfg.Local, keys, func(shard int) []string { return []string{boxKey("out", shard, l.name)} }); err != nil {
+				return err
+			}
+			after = page[len(page)-1].Key
+		}
+	}
+	return l.client.Do(ctx, l.client.B().Set().Key(seenKey(s.cfg.Region)).Value(s.me).Build()).Error()
+}
+
+// inboxLoop keeps the parts peers shipped here in the durable store,
+// while this process holds the lease.
+func (s *Service) inboxLoop() {
+	defer s.wg.Done()
+	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	boxes := make([]string, Shards)
+	for i := range boxes {
+		boxes[i] = boxKey("in", i, "")
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C():
+		}
+		if s.token.Load() == 0 {
+			continue
+		}
+		_ = s.drainInbox(boxes)
+	}
+}
+
+func (s *Service) drainInbox(boxes []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	taken, err := take(ctx, s.cfg.Local, boxes, s.cfg.Batch)
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for _, ms := range taken {
+		for _, m := range ms {
+			keys = append(keys, m.key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	hashes, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return err
+	}
+	var parts []durable.RegionPart
+	for i, k := range keys {
+		st, _ := Parse(k, hashes[i])
+		for _, p := range st.Parts {
+			parts = append(parts, p)
+		}
+		for _, p := range st.Fences {
+			parts = append(parts, p)
+		}
+	}
+	if err := s.cfg.Durable.SaveRegionParts(ctx, parts); err != nil {
+		return err
+	}
+	return ack(ctx, s.cfg.Local, taken)
+}

@@ -1,0 +1,244 @@
+package hotcount
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/internal/regions"
+)
+
+// DefaultShipInterval is how often a region ships the counters that
+// changed to its peers (Config.ShipInterval).
+const DefaultShipInterval = regions.DefaultInterval
+
+// RegionShare is one region's share of a global reading (Reading.Regions).
+type RegionShare = regions.Share
+
+// PeerConfig is another region (see docs/regions.md).
+type PeerConfig struct {
+	// Name is the peer region's name: 1-64 letters, digits, '-' or '_'.
+	Name string
+	// Redis is the peer region's cache (its seed addresses and login).
+	Redis RedisConfig
+	// Dial, when set, opens the connections to the peer's nodes instead of
+	// a plain TCP dial of the address the cluster announces (e.g. through
+	// a tunnel or a proxy); nil means TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// validateRegions checks Region, Peers and ShipInterval.
+func (c Config) validateRegions() error {
+	if c.Region == "" {
+		if len(c.Peers) > 0 || c.ShipInterval != 0 {
+			return fmt.Errorf("%w: Peers and ShipInterval need Region", ErrConfig)
+		}
+		return nil
+	}
+	if !regions.ValidName(c.Region) {
+		return fmt.Errorf("%w: Region %q must be 1-64 letters, digits, - or _", ErrConfig, c.Region)
+	}
+	if c.ShipInterval < 0 {
+		return fmt.Errorf("%w: ShipInterval must not be negative, got %v", ErrConfig, c.ShipInterval)
+	}
+	if len(c.Redis.Addrs) == 0 && c.Store == nil {
+		return fmt.Errorf("%w: Region needs a Redis cache (Redis.Addrs)", ErrConfig)
+	}
+	seen := map[string]bool{c.Region: true}
+	for _, p := range c.Peers {
+		switch {
+		case !regions.ValidName(p.Name):
+			return fmt.Errorf("%w: peer name %q must be 1-64 letters, digits, - or _", ErrConfig, p.Name)
+		case seen[p.Name]:
+			return fmt.Errorf("%w: region %q named twice in Region and Peers", ErrConfig, p.Name)
+		case len(p.Redis.Addrs) == 0:
+			return fmt.Errorf("%w: peer %q has no Redis addresses", ErrConfig, p.Name)
+		}
+		for _, a := range p.Redis.Addrs {
+			if strings.TrimSpace(a) == "" || !strings.Contains(a, ":") {
+				return fmt.Errorf("%w: peer %q: Redis address %q is not host:port", ErrConfig, p.Name, a)
+			}
+		}
+		seen[p.Name] = true
+	}
+	return nil
+}
+
+// localClient is what a Redis store gives the regions service.
+type localClient interface{ Client() rueidis.Client }
+
+// startRegions starts the regions service when Config.Region is set.
+func (c *Client) startRegions() error {
+	s := c.cfg
+	if s.Region == "" {
+		return nil
+	}
+	lc, ok := c.st.(localClient)
+	if !ok {
+		return fmt.Errorf("%w: Region needs a Redis cache, not %T", ErrConfig, c.st)
+	}
+	peers := make([]regions.Peer, len(s.Peers))
+	for i, p := range s.Peers {
+		p := p
+		peers[i] = regions.Peer{Name: p.Name, Connect: func(ctx context.Context) (rueidis.Client, error) {
+			return peerClient(ctx, p, s.Timeout)
+		}}
+	}
+	var dr durable.Regions
+	if r, ok := s.Durability.Store.(durable.Regions); ok {
+		dr = r
+	}
+	// A counter is shipped again one flush interval after it changed, so
+	// that a delta buffered in another process is shipped too.
+	settle := s.ShipInterval
+	if fl := s.table.FlushIntervals(); len(fl) > 0 {
+		settle = max(settle, fl[len(fl)-1]+s.Timeout)
+	}
+	var err error
+	c.reg, err = regions.New(regions.Config{
+		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals, Durable: dr,
+		Interval: s.ShipInterval, Settle: settle, ReadTTL: s.Defaults.ReadCacheTTL, Timeout: s.Timeout, Clock: s.Clock,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// peerClient connects to a peer region's cache.
+func peerClient(ctx context.Context, p PeerConfig, timeout time.Duration) (rueidis.Client, error) {
+	opt := rueidis.ClientOption{
+		InitAddress:      p.Redis.Addrs,
+		Username:         p.Redis.Username,
+		Password:         p.Redis.Password,
+		TLSConfig:        p.Redis.TLS,
+		DisableCache:     true,
+		ClientSetInfo:    rueidis.DisableClientSetInfo,
+		ConnWriteTimeout: 2 * timeout,
+		Dialer:           net.Dialer{Timeout: timeout},
+	}
+	if p.Dial != nil {
+		opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+			conn, err := p.Dial(ctx, addr)
+			if err != nil || cfg == nil {
+				return conn, err
+			}
+			tc := tls.Client(conn, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return tc, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return rueidis.NewClient(opt)
+}
+
+// regionTotals reads this region's own totals of keys: the exact durable
+// total of a durable-mode counter, the sum of the sub-counters of any
+// other (without unflushed deltas: those are shipped once flushed).
+func (c *Client) regionTotals(ctx context.Context, keys []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(keys))
+	var cached, exact []string
+	for _, k := range keys {
+		if c.cfg.table.Lookup(k).Mode == ModeDurable {
+			exact = append(exact, k)
+		} else {
+			cached = append(cached, k)
+		}
+	}
+	if len(exact) > 0 {
+		m, err := c.cfg.Durability.Store.ExactMulti(ctx, exact)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	if len(cached) > 0 {
+		reads, _, _, err := c.eng.Read(ctx, cached, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range reads {
+			v, err := r.Sum()
+			if err != nil {
+				return nil, err
+			}
+			out[r.Key] = v
+		}
+	}
+	return out, nil
+}
+
+// global turns local readings into global ones: each gets every peer's
+// contribution as last received, less the fences of clears.
+func (c *Client) global(ctx context.Context, rs []*Reading, fresh bool) error {
+	if c.reg == nil || len(rs) == 0 {
+		return nil
+	}
+	keys := make([]string, len(rs))
+	for i, r := range rs {
+		keys[i] = r.Key
+	}
+	states, err := c.reg.Read(ctx, keys, fresh)
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Clock.Now()
+	for i, r := range rs {
+		r.Value, r.Regions = states[i].Global(c.cfg.Region, r.Value, now)
+	}
+	return nil
+}
+
+// globalExact adds to the exact local total of a durable counter every
+// peer's part as kept in the durable store (no cache is read).
+func (c *Client) globalExact(ctx context.Context, r *Reading) error {
+	if c.reg == nil {
+		return nil
+	}
+	dr, ok := c.cfg.Durability.Store.(durable.Regions)
+	if !ok {
+		return nil
+	}
+	m, err := dr.LoadRegionParts(ctx, []string{r.Key})
+	if err != nil {
+		return err
+	}
+	var st regions.State
+	for _, p := range m[r.Key] {
+		if p.Origin == c.cfg.Region && p.Kind == durable.PartContribution {
+			st.Epoch = p.Epoch
+			continue
+		}
+		st.Merge(p)
+	}
+	r.Value, r.Regions = st.Global(c.cfg.Region, r.Value, c.cfg.Clock.Now())
+	return nil
+}
+
+// RegionLinks returns the figures of every link to a peer region (nil
+// without Config.Region).
+func (c *Client) RegionLinks() []RegionLink {
+	if c.reg == nil {
+		return nil
+	}
+	return c.reg.Stats()
+}
+
+// RegionLink is the figures of one link to a peer region.
+type RegionLink = regions.LinkStats
+
+// Region returns the name of the Client's region ("" without regions).
+func (c *Client) Region() string { return c.cfg.Region }

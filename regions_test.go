@@ -1,0 +1,328 @@
+package hotcount_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/internal/faultproxy"
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// Regions tests: each region is its own Redis Cluster on loopback; the link
+// from one region to another goes through a fault proxy per node of the
+// target cluster (50 ms each way), which a test pauses to partition.
+
+const regionShip = 200 * time.Millisecond
+
+// rlink is the way from one region to another: a proxy per target node.
+type rlink struct {
+	proxies []*faultproxy.Proxy
+	via     map[string]string
+}
+
+func (l *rlink) dial(ctx context.Context, addr string) (net.Conn, error) {
+	if v, ok := l.via[addr]; ok {
+		addr = v
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// partition cuts (on) or heals (off) the link.
+func (l *rlink) partition(on bool) {
+	for _, p := range l.proxies {
+		if on {
+			p.Pause(faultproxy.PauseReset)
+		} else {
+			p.Resume()
+		}
+	}
+}
+
+// world is a set of regions.
+type world struct {
+	names    []string
+	clusters map[string]*testenv.Cluster
+	links    map[[2]string]*rlink // from, to
+}
+
+func newWorld(t *testing.T, names ...string) *world {
+	t.Helper()
+	w := &world{names: names, clusters: map[string]*testenv.Cluster{}, links: map[[2]string]*rlink{}}
+	for _, n := range names {
+		cl, err := testenv.StartCluster(t.Context(), testenv.ClusterOptions{Primaries: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Stop() })
+		w.clusters[n] = cl
+	}
+	for _, from := range names {
+		for _, to := range names {
+			if from == to {
+				continue
+			}
+			l := &rlink{via: map[string]string{}}
+			for _, node := range w.clusters[to].Nodes() {
+				p, err := faultproxy.New(faultproxy.Config{Target: node.Addr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { p.Close() })
+				p.SetLatency(faultproxy.Upstream, 50*time.Millisecond)
+				p.SetLatency(faultproxy.Downstream, 50*time.Millisecond)
+				l.proxies = append(l.proxies, p)
+				l.via[node.Addr] = p.Addr()
+			}
+			w.links[[2]string{from, to}] = l
+		}
+	}
+	return w
+}
+
+// isolate cuts (on) or heals (off) every link to and from region name.
+func (w *world) isolate(name string, on bool) {
+	for k, l := range w.links {
+		if k[0] == name || k[1] == name {
+			l.partition(on)
+		}
+	}
+}
+
+// client opens a Client of region name; edit adjusts its Config.
+func (w *world) client(t *testing.T, name string, edit func(*hotcount.Config)) *hotcount.Client {
+	t.Helper()
+	cfg := hotcount.Config{
+		Redis:        hotcount.RedisConfig{Addrs: w.clusters[name].Seeds()},
+		Region:       name,
+		ShipInterval: regionShip,
+		Timeout:      time.Second,
+		Defaults:     hotcount.Namespace{ReadCacheTTL: 100 * time.Millisecond},
+		Namespaces: []hotcount.Namespace{
+			{Prefix: "buf:", Buffered: true, FlushInterval: 100 * time.Millisecond},
+		},
+	}
+	for _, p := range w.names {
+		if p != name {
+			cfg.Peers = append(cfg.Peers, hotcount.PeerConfig{Name: p, Redis: hotcount.RedisConfig{Addrs: w.clusters[p].Seeds()},
+				Dial: w.links[[2]string{name, p}].dial})
+		}
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := hotcount.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// converge polls until every client reads want for key (uncached).
+func converge(t *testing.T, key string, want int64, clients map[string]*hotcount.Client) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		bad := ""
+		for name, c := range clients {
+			r, err := c.GetFresh(context.Background(), key)
+			if err != nil || r.Value != want {
+				bad += fmt.Sprintf(" %s=%d (%v, shares %v)", name, r.Value, err, r.Regions)
+			}
+		}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: want %d in every region; after 60 s:%s", key, want, bad)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// regionLoad increments a key in a region from a few goroutines until stop, and
+// counts what was acknowledged and what failed (unknown outcome).
+type regionLoad struct {
+	acked, failed atomic.Int64
+	wg            sync.WaitGroup
+}
+
+func startRegionLoad(c *hotcount.Client, key string, workers int, stop <-chan struct{}) *regionLoad {
+	l := &regionLoad{}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := c.Incr(context.Background(), key, 1); err != nil {
+					l.failed.Add(1)
+					continue
+				}
+				l.acked.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+// TestRegionsPartitionHeal: both regions count during a partition; after
+// the heal, both read the global total of every acknowledged increment,
+// for an unbuffered and a buffered counter.
+func TestRegionsPartitionHeal(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", nil), "us": w.client(t, "us", nil)}
+	for _, key := range []string{"likes:1", "buf:likes:1"} {
+		t.Run(key, func(t *testing.T) {
+			stop := make(chan struct{})
+			loads := map[string]*regionLoad{"eu": startRegionLoad(clients["eu"], key, 2, stop), "us": startRegionLoad(clients["us"], key, 2, stop)}
+			time.Sleep(500 * time.Millisecond)
+			w.isolate("us", true)
+			// While partitioned, each side keeps counting, and neither sees
+			// the other's new increments.
+			base := loads["eu"].acked.Load()
+			deadline := time.Now().Add(30 * time.Second)
+			for loads["eu"].acked.Load() < base+200 || loads["us"].acked.Load() < 200 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no progress while partitioned: eu %d, us %d", loads["eu"].acked.Load(), loads["us"].acked.Load())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(4 * regionShip)
+			r, err := clients["us"].GetFresh(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seenEU := r.Regions["eu"].Value
+			time.Sleep(4 * regionShip)
+			if r2, err := clients["us"].GetFresh(context.Background(), key); err != nil || r2.Regions["eu"].Value != seenEU {
+				t.Fatalf("us saw eu's part move during the partition: %d then %d (%v)", seenEU, r2.Regions["eu"].Value, err)
+			}
+			w.isolate("us", false)
+			close(stop)
+			for _, l := range loads {
+				l.wg.Wait()
+				if f := l.failed.Load(); f != 0 {
+					t.Fatalf("%d local increments failed: a region's writes waited on its peer", f)
+				}
+			}
+			for _, c := range clients {
+				if err := c.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := loads["eu"].acked.Load() + loads["us"].acked.Load()
+			converge(t, key, want, clients)
+			t.Logf("%s: %d increments in eu, %d in us; both regions read %d", key, loads["eu"].acked.Load(), loads["us"].acked.Load(), want)
+			for name, c := range clients {
+				for _, l := range c.RegionLinks() {
+					t.Logf("%s→%s: shipped %d records (%d B), %d failed rounds", name, l.Peer, l.Shipped, l.Bytes, l.Errors)
+				}
+			}
+		})
+	}
+}
+
+// TestRegionsClearDuringPartition: a clear is observed-remove. eu clears
+// while cut off from us: what eu had received from us goes, and what us
+// counted meanwhile survives, in both regions.
+func TestRegionsClearDuringPartition(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", nil), "us": w.client(t, "us", nil)}
+	ctx := context.Background()
+	key := "score:7"
+	incr := func(region string, n int64) {
+		t.Helper()
+		if err := clients[region].Incr(ctx, key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	incr("eu", 10)
+	incr("us", 20)
+	converge(t, key, 30, clients)
+	w.isolate("eu", true)
+	if err := clients["eu"].Clear(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	incr("us", 5) // concurrent with the clear: us has not heard of it
+	incr("eu", 3) // after the clear
+	if r, err := clients["eu"].GetFresh(ctx, key); err != nil || r.Value != 3 {
+		t.Fatalf("eu after its clear and +3 reads %d, %v; want 3", r.Value, err)
+	}
+	time.Sleep(4 * regionShip)
+	if r, err := clients["us"].GetFresh(ctx, key); err != nil || r.Value != 35 {
+		t.Fatalf("us, cut off from the clear, reads %d, %v; want 35", r.Value, err)
+	}
+	w.isolate("eu", false)
+	converge(t, key, 8, clients)
+	// A second clear, in us, of everything both saw.
+	if err := clients["us"].Clear(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, key, 0, clients)
+	incr("eu", 1)
+	converge(t, key, 1, clients)
+}
+
+// TestRegionsCacheEmptied: a region whose cache comes back empty gets its
+// own part back from its durable store (durable mode, as in one region)
+// and the peer's part back from the peer, with no manual step.
+func TestRegionsCacheEmptied(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	durableCfg := func(cfg *hotcount.Config) {
+		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		cfg.Durability = hotcount.DurabilityConfig{Store: db, HealInterval: 200 * time.Millisecond}
+		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "d:", Mode: hotcount.ModeDurable})
+	}
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
+	ctx := context.Background()
+	key := "d:views:9"
+	for i := range 20 {
+		if err := clients[[]string{"eu", "us"}[i%2]].Incr(ctx, key, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converge(t, key, 210, clients)
+	if err := w.clusters["us"].FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The fault: us's cache lost its own view and eu's part.
+	r, err := clients["us"].GetFresh(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Regions["eu"].Value == 110 && r.Value == 210 {
+		t.Fatalf("the flush left us's view intact: %+v", r)
+	}
+	converge(t, key, 210, clients)
+	// The exact read needs no cache: the local log plus eu's part as kept
+	// in us's durable store.
+	// It may lag the cache by one interval.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ex, err := clients["us"].GetExact(ctx, key)
+		if err == nil && ex.Value == 210 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("us GetExact = %d, %v; want 210", ex.Value, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
