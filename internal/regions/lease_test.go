@@ -164,7 +164,9 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 		t.Fatalf("record of lease %d, want the new holder's %d", p.Lease, newTok)
 	}
 	// The dead holder wakes up with its old token and ships a value read
-	// now: the peer keeps the new holder's record.
+	// now: the peer keeps the new holder's record. (The new holder dies
+	// too, so that it does not ship the value first.)
+	other.kill()
 	if err := lc.Do(ctx, lc.B().Incrby().Key("own:k").Increment(1000).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +189,13 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	if got, _ := peerPart(t, peer, "k", "eu"); got.Value != 116 || got.Lease != newTok {
 		t.Fatalf("a stale holder replaced the record: %+v", got)
 	}
-	// The live holder ships the new value.
-	other.Mark("k")
-	waitPart(t, peer, "k", "eu", 1116)
+	// A third process takes the lease over and ships the new value, with
+	// a token above both.
+	c := start()
+	p = waitPart(t, peer, "k", "eu", 1116)
+	if p.Lease <= newTok || c.token.Load() != p.Lease {
+		t.Fatalf("record of lease %d, want the third holder's (%d, above %d)", p.Lease, c.token.Load(), newTok)
+	}
 }
 
 // TestApplyScript: the receiving script keeps the highest version, as

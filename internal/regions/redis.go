@@ -68,16 +68,18 @@ end
 
 // applyScript stores records (ARGV: field, value pairs) in the region hash
 // KEYS[1], each only when its version is not older than the stored one.
-// It returns how many it stored.
+// It returns 1 when it stored the first record (the contribution), 0 when
+// a newer one was there: the sender's lease has passed to another
+// process.
 var applyScript = newScript(newer + `
-local n = 0
+local first = 0
 for i = 1, #ARGV, 2 do
   if newer(ARGV[i+1], redis.call('HGET', KEYS[1], ARGV[i])) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
-    n = n + 1
+    if i == 1 then first = 1 end
   end
 end
-return n
+return first
 `)
 
 // clearScript starts a clear of the counter whose region hash is KEYS[1]:

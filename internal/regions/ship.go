@@ -197,6 +197,13 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			return 0, 0, err
 		}
 	}
+	for i, k := range shippedKeys {
+		if v, _ := res[1+i].AsInt64(); v == 0 {
+			// A newer holder's record is there: this process's lease is
+			// gone, and the counter stays in the outbox for the holder.
+			ready[k] = false
+		}
+	}
 	if err := res[0].Error(); rueidis.IsRedisNil(err) {
 		if err := s.resync(ctx, l); err != nil {
 			return n, size, err
@@ -219,6 +226,9 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	if s.cfg.Durable != nil {
 		var own []durable.RegionPart
 		for _, k := range shippedKeys {
+			if !ready[k] {
+				continue
+			}
 			for _, p := range recs[k] {
 				if p.Kind == durable.PartContribution && p.Origin == s.cfg.Region {
 					own = append(own, p)
