@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/hotcount/hotcount/internal/testenv"
 )
 
@@ -136,12 +134,6 @@ func TestImage(t *testing.T) {
 		dir := t.TempDir()
 		cfgPath := c.arg("--config")
 		cfgText := configFile(t, objs, pod, c)
-		var cfg struct {
-			TokenFile string `yaml:"token_file"`
-		}
-		if err := yaml.Unmarshal([]byte(cfgText), &cfg); err != nil {
-			t.Fatal(err)
-		}
 		token := randomHex(t, 16)
 		for name, text := range map[string]string{"config": cfgText, "token": token} {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -154,7 +146,7 @@ func TestImage(t *testing.T) {
 		// the image's /data volume.
 		args := []string{"run", "-d", "--name", name, "-p", "127.0.0.1::7070",
 			"-v", filepath.Join(dir, "config") + ":" + cfgPath + ":ro",
-			"-v", filepath.Join(dir, "token") + ":" + cfg.TokenFile + ":ro",
+			"-v", filepath.Join(dir, "token") + ":" + tokenFile(t, cfgText) + ":ro",
 			"-e", "HOTCOUNT_LISTEN=" + c.env("HOTCOUNT_LISTEN"), tag}
 		p.run(t, ctx, append(args, c.Args...)...)
 		t.Cleanup(func() {
@@ -214,8 +206,12 @@ func TestImage(t *testing.T) {
 		}
 		t.Cleanup(func() { node.Stop() })
 		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "config"), []byte(configFile(t, objs, pod, c)), 0o644); err != nil {
-			t.Fatal(err)
+		cfgText := configFile(t, objs, pod, c)
+		token := randomHex(t, 16)
+		for name, text := range map[string]string{"config": cfgText, "token": token} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// On the host's network, to reach the node on loopback; so on free
 		// loopback ports rather than the pod's.
@@ -223,6 +219,7 @@ func TestImage(t *testing.T) {
 		name := "hotcount-test-proxy-" + id
 		args := []string{"run", "-d", "--name", name, "--network", "host",
 			"-v", filepath.Join(dir, "config") + ":" + c.arg("--config") + ":ro",
+			"-v", filepath.Join(dir, "token") + ":" + tokenFile(t, cfgText) + ":ro",
 			"-e", "HOTCOUNT_REDIS=" + node.Addr, "-e", "HOTCOUNT_ADMIN_LISTEN=" + admin, "-e", "HOTCOUNT_RESP_LISTEN=" + resp, tag}
 		p.run(t, ctx, append(args, c.Args...)...)
 		t.Cleanup(func() {
@@ -237,6 +234,17 @@ func TestImage(t *testing.T) {
 		waitHTTP(t, ctx, "http://"+admin+c.ReadinessProbe.HTTPGet.Path, "", logs)
 		if got, err := testenv.Do(ctx, resp, "INCRBY", "views:sidecar", "2"); err != nil || got != "2" {
 			t.Errorf("INCRBY through the proxy: %q, %v\n%s", got, err, logs())
+		}
+		// The admin port: metrics public, the dashboard's routes behind
+		// the Secret's token.
+		if code, body := do(t, ctx, "GET", "http://"+admin+"/metrics", "", ""); code != 200 {
+			t.Errorf("/metrics without a token: %d %s", code, body)
+		}
+		if code, _ := do(t, ctx, "GET", "http://"+admin+"/v1/stats", "", ""); code != 401 {
+			t.Errorf("/v1/stats without a token answered %d, want 401", code)
+		}
+		if code, body := do(t, ctx, "GET", "http://"+admin+"/v1/stats", token, ""); code != 200 {
+			t.Errorf("/v1/stats with the token: %d %s", code, body)
 		}
 	})
 }

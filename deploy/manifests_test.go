@@ -238,6 +238,31 @@ func checkHardening(t *testing.T, pod podSpec, c container) {
 	}
 }
 
+// tokenFile returns the token_file of a config file's text.
+func tokenFile(t *testing.T, cfgText string) string {
+	t.Helper()
+	var cfg struct {
+		TokenFile string `yaml:"token_file"`
+	}
+	if err := yaml.Unmarshal([]byte(cfgText), &cfg); err != nil {
+		t.Fatalf("the ConfigMap's config: %v", err)
+	}
+	return cfg.TokenFile
+}
+
+// checkTokenFile checks that the config names a token file on a volume
+// mounted in c.
+func checkTokenFile(t *testing.T, c container, cfgText string) {
+	t.Helper()
+	file := tokenFile(t, cfgText)
+	for _, m := range c.VolumeMounts {
+		if file != "" && m.MountPath == path.Dir(file) {
+			return
+		}
+	}
+	t.Errorf("%s: token_file %q is not on a mounted volume", c.Name, file)
+}
+
 func TestServeManifest(t *testing.T) {
 	objs := readManifest(t, "kubernetes/serve.yaml")
 	dep := find(t, objs, "Deployment", "hotcount")
@@ -250,20 +275,7 @@ func TestServeManifest(t *testing.T) {
 	checkProbe(t, c, "readiness", c.ReadinessProbe, "/readyz", listen)
 	checkProbe(t, c, "liveness", c.LivenessProbe, "/healthz", listen)
 	checkHardening(t, pod, c)
-	var cfg struct {
-		TokenFile string `yaml:"token_file"`
-	}
-	if err := yaml.Unmarshal([]byte(configFile(t, objs, pod, c)), &cfg); err != nil {
-		t.Fatalf("the ConfigMap's config: %v", err)
-	}
-	if cfg.TokenFile == "" || !slices.ContainsFunc(c.VolumeMounts, func(m struct {
-		Name      string `yaml:"name"`
-		MountPath string `yaml:"mountPath"`
-	}) bool {
-		return m.MountPath == path.Dir(cfg.TokenFile)
-	}) {
-		t.Errorf("token_file %q is not on a mounted volume", cfg.TokenFile)
-	}
+	checkTokenFile(t, c, configFile(t, objs, pod, c))
 
 	svc := find(t, objs, "Service", "hotcount")
 	for k, v := range svc.Spec.Selector {
@@ -319,9 +331,13 @@ func TestProxySidecarManifest(t *testing.T) {
 	var cfg struct {
 		Namespaces []map[string]any `yaml:"namespaces"`
 	}
-	if err := yaml.Unmarshal([]byte(configFile(t, objs, pod, c)), &cfg); err != nil || len(cfg.Namespaces) == 0 {
+	text := configFile(t, objs, pod, c)
+	if err := yaml.Unmarshal([]byte(text), &cfg); err != nil || len(cfg.Namespaces) == 0 {
 		t.Errorf("the proxy's config names no namespaces (%v): every key would pass through", err)
 	}
+	// The admin port listens beyond loopback: its dashboard routes need
+	// a token.
+	checkTokenFile(t, c, text)
 }
 
 // unit reads a systemd unit: each key's values in order.
