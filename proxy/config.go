@@ -131,6 +131,15 @@ type Config struct {
 	// sends block), for up to Timeout; then it is answered an error and
 	// closed. 0 means DefaultMemoryBudget.
 	MemoryBudget int64
+	// Announce is the host:port cluster clients are told to reach this
+	// proxy at (CLUSTER SLOTS, SHARDS, NODES); "" means the address each
+	// client connected to. Required with Peers.
+	Announce string
+	// Peers are the announced addresses of the other proxies of a group:
+	// the group's addresses, sorted, split the slots in equal ranges in
+	// what CLUSTER answers. Every proxy of the group must be given the
+	// same set. Empty: this proxy serves every slot.
+	Peers []string
 	// AllowFlush lets clients run FLUSHALL and FLUSHDB: every primary is
 	// emptied (hotcount's own state kept) and every counter of the
 	// durable store cleared. Off by default: one client would delete every
@@ -178,6 +187,18 @@ func (c Config) validate() (settings, error) {
 	if strings.ContainsAny(c.Password, "\r\n") {
 		return bad("Password must not contain line breaks")
 	}
+	if len(c.Peers) > 0 && c.Announce == "" {
+		return bad("Peers needs Announce (this proxy's own address in the group)")
+	}
+	for _, a := range append([]string{c.Announce}, c.Peers...) {
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" || port == "0" {
+			return bad("cluster address %q is not host:port", a)
+		}
+	}
+	s.Peers = append([]string(nil), c.Peers...)
 	s.Redis.Addrs = append([]string(nil), c.Redis.Addrs...)
 	s.Replies = make(map[string]Reply, len(c.Replies))
 	for p, r := range c.Replies {

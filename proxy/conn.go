@@ -342,7 +342,13 @@ func (c *conn) appendResult(res *rueidis.RedisResult, shape *nullShape) {
 		c.out = appendErr(c.out, upstreamError(err))
 		return
 	}
-	msg, _ := res.ToMessage()
+	msg, rerr := res.ToMessage()
+	if rerr != nil {
+		if e, _ := msg.ToString(); redirection(e) {
+			c.out = appendErr(c.out, errRedirect)
+			return
+		}
+	}
 	out, err := appendMessage(c.out, &msg, c.proto, shape, &c.scratch)
 	if err != nil {
 		c.s.stats.upstreamErrors.Add(1)

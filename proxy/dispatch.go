@@ -43,6 +43,10 @@ func init() {
 	}
 	local["function"] = (*conn).function
 	local["randomkey"] = (*conn).randomKey
+	local["cluster"] = (*conn).clusterCmd
+	local["readonly"] = (*conn).okCmd
+	local["readwrite"] = (*conn).okCmd
+	local["asking"] = (*conn).okCmd
 	for _, name := range refusedNames {
 		local[name] = (*conn).refuse
 	}
@@ -55,7 +59,7 @@ func init() {
 var refusedNames = []string{
 	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
 	"monitor", "sync", "psync", "replconf", "replicaof", "slaveof", "shutdown", "debug",
-	"cluster", "readonly", "readwrite", "asking", "failover", "swapdb", "move", "migrate",
+	"failover", "swapdb", "move", "migrate",
 	"save", "bgsave", "bgrewriteaof", "lastsave", "acl", "module",
 	"wait", "waitaof", "slowlog", "latency",
 }

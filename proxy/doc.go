@@ -136,12 +136,16 @@
 // the client (from a duplicate of its socket's descriptor), so that a
 // client hanging up (or Shutdown) ends the wait.
 //
-// The proxy looks like a standalone Redis: PING, ECHO, HELLO, AUTH,
+// To cluster clients it looks like a Redis Cluster whose every slot it
+// serves itself (cluster.go: CLUSTER SLOTS, SHARDS, NODES, INFO; INFO
+// says cluster_enabled:1). Otherwise it looks like a standalone Redis:
+// PING, ECHO, HELLO, AUTH,
 // SELECT 0, CLIENT ID/GETNAME/SETNAME/INFO/LIST/SETINFO, INFO, ROLE, QUIT
 // and RESET are answered by the proxy for the client's own connection;
 // COMMAND and COMMAND DOCS come from a node. Refused with a clear -ERR:
 // pub/sub subscriptions (PUBLISH works), MONITOR, client-side caching,
-// replication, cluster and persistence administration, ACL, FUNCTION
-// KILL, SCRIPT KILL, WAIT. Downstream AUTH checks Config.Password; the proxy's own
+// replication, cluster administration, persistence administration, ACL,
+// FUNCTION KILL, SCRIPT KILL, WAIT. INFO combines the primaries' figures
+// (info.go). Downstream AUTH checks Config.Password; the proxy's own
 // credentials to Redis (Config.Redis) are separate.
 package proxy

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"fmt"
-	"net"
-	"os"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,65 +316,4 @@ func (s *Server) clientList() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-// info: INFO [section ...]. The proxy describes itself as a standalone
-// Redis of the cluster's version, plus a hotcount section.
-func (c *conn) infoCmd(args [][]byte) {
-	want := map[string]bool{}
-	for _, a := range args[1:] {
-		want[strings.ToLower(string(a))] = true
-	}
-	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
-	s := c.s
-	now := s.cfg.Clock.Now()
-	var b strings.Builder
-	section := func(name string, lines ...string) {
-		if !all && !want[strings.ToLower(name)] {
-			return
-		}
-		if b.Len() > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString("# " + name + "\r\n")
-		for _, l := range lines {
-			b.WriteString(l + "\r\n")
-		}
-	}
-	_, port, _ := net.SplitHostPort(c.laddr)
-	uptime := int64(now.Sub(s.started).Seconds())
-	section("Server",
-		"redis_version:"+s.version,
-		"redis_mode:standalone",
-		"hotcount_proxy:1",
-		"os:"+runtime.GOOS,
-		"arch_bits:64",
-		"process_id:"+strconv.Itoa(os.Getpid()),
-		"tcp_port:"+port,
-		"uptime_in_seconds:"+strconv.FormatInt(uptime, 10),
-		"uptime_in_days:"+strconv.FormatInt(uptime/86400, 10),
-	)
-	section("Clients",
-		"connected_clients:"+strconv.Itoa(s.Clients()),
-		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
-	)
-	section("Stats",
-		"total_connections_received:"+strconv.FormatInt(s.stats.accepted.Load(), 10),
-		"total_commands_processed:"+strconv.FormatInt(s.stats.commands.Load(), 10),
-		"rejected_connections:"+strconv.FormatInt(s.stats.rejected.Load(), 10),
-	)
-	section("Replication", "role:master", "connected_slaves:0")
-	section("Cluster", "cluster_enabled:0")
-	bs := s.counters.Stats().Buffer
-	section("Hotcount",
-		"counter_increments:"+strconv.FormatInt(s.stats.counterIncrs.Load(), 10),
-		"counter_reads:"+strconv.FormatInt(s.stats.counterReads.Load(), 10),
-		"passed_through:"+strconv.FormatInt(s.stats.passed.Load(), 10),
-		"upstream_errors:"+strconv.FormatInt(s.stats.upstreamErrors.Load(), 10),
-		"buffer_unflushed_delta:"+strconv.FormatInt(bs.Unflushed, 10),
-		"buffer_unflushed_keys:"+strconv.Itoa(bs.PendingKeys),
-		fmt.Sprintf("buffer_oldest_unflushed_seconds:%.3f", bs.OldestUnflushed.Seconds()),
-		"upstream_cluster:"+strconv.FormatBool(s.cluster),
-	)
-	c.out = appendText(c.out, b.String(), c.proto)
 }

@@ -113,6 +113,8 @@ const (
 	setRESPQueryBuf = "resp_query_buffer_limit"
 	setRESPBudget   = "resp_memory_budget"
 	setRESPFlush    = "resp_allow_flush"
+	setRESPAnnounce = "resp_announce"
+	setRESPPeers    = "resp_peers"
 )
 
 // flagName is the command-line flag of a setting: dashes for underscores
@@ -200,6 +202,10 @@ type serveConfig struct {
 	RESPMemoryBudget     int `yaml:"resp_memory_budget"`
 	// RESPAllowFlush lets the proxy's clients run FLUSHALL and FLUSHDB.
 	RESPAllowFlush bool `yaml:"resp_allow_flush"`
+	// RESPAnnounce and RESPPeers are what CLUSTER answers cluster clients
+	// (proxy.Config.Announce, Peers).
+	RESPAnnounce string   `yaml:"resp_announce"`
+	RESPPeers    []string `yaml:"resp_peers"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
@@ -435,6 +441,17 @@ func (c *serveConfig) Validate() error {
 	for name, v := range map[string]int{setRESPMaxBulk: c.RESPMaxBulkLen, setRESPQueryBuf: c.RESPQueryBufferLimit, setRESPBudget: c.RESPMemoryBudget} {
 		if v < 0 {
 			return bad(name, "want a number of bytes (0: the default), got %d", v)
+		}
+	}
+	if len(c.RESPPeers) > 0 && c.RESPAnnounce == "" {
+		return bad(setRESPPeers, "needs resp_announce (this proxy's own address in the group)")
+	}
+	for _, a := range append([]string{c.RESPAnnounce}, c.RESPPeers...) {
+		if a == "" {
+			continue
+		}
+		if err := checkHostPort(a); err != nil {
+			return bad(setRESPAnnounce, "%v", err)
 		}
 	}
 	if strings.ContainsAny(c.RESPPassword, "\r\n") {

@@ -99,6 +99,8 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 		QueryBufferLimit: cfg.RESPQueryBufferLimit,
 		MemoryBudget:     int64(cfg.RESPMemoryBudget),
 		AllowFlush:       cfg.RESPAllowFlush,
+		Announce:         cfg.RESPAnnounce,
+		Peers:            cfg.RESPPeers,
 		Replies:          replies,
 		Logger:           logger,
 	})
