@@ -131,7 +131,7 @@ Environment:
                                            (with neither --server nor --redis: http://127.0.0.1:7070)
   HOTCOUNT_REDIS                           --redis of incr, get, shards and resize (and serve's redis setting)
   HOTCOUNT_REDIS_PASSWORD                  the Redis password of commands that take --redis
-  HOTCOUNT_<SETTING>                       a setting of serve (hotcount help serve)
+  HOTCOUNT_<SETTING>                       a setting of serve or proxy (hotcount help serve, docs/configuration.md)
 `
 
 // commandExamples are the examples of each command's help.

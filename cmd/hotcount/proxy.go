@@ -29,6 +29,9 @@ import (
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("proxy", stdout, stderr)
 	registerFlags(fs, cmdProxy)
+	if err := checkFlagArgs(fs, cmdProxy, args); err != nil {
+		return fs.usagef("%v", err)
+	}
 	if code, done := fs.parse(args); done {
 		return code
 	}

@@ -18,6 +18,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"reflect"
 	"sort"
@@ -303,6 +304,39 @@ func registerFlags(fs *flagSet, cmd cmdSet) {
 		}
 		fs.String(s.flag(), "", usage)
 	}
+}
+
+// checkFlagArgs looks at the flags of args before they are parsed: a flag
+// of a setting the other command uses is an error naming that command
+// (--resp-listen given to serve), and an unknown flag names the nearest
+// flag fs has. It returns nil when the flag package should go on.
+func checkFlagArgs(fs *flagSet, cmd cmdSet, args []string) error {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return nil // the flag package stops here too
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "h" || name == "help" {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+				i++ // the value, which may start with "-" (--heal-interval -1s)
+			}
+			continue
+		}
+		if s := settingOfFlag(name); s != nil && s.cmds&cmd == 0 {
+			return fmt.Errorf("--%s is a setting of %s, not of hotcount %s", name, s.cmds.only(), cmd)
+		}
+		if near := nearest(name, names); near != "" {
+			return fmt.Errorf("unknown flag --%s (did you mean --%s?)", name, near)
+		}
+		return nil // the flag package says it is not defined
+	}
+	return nil
 }
 
 // setText sets the value at ptr from the text of a flag or an environment

@@ -292,3 +292,28 @@ tokens:
 		}
 	}
 }
+
+// TestFlagsOfTheOtherCommand: a flag of the proxy given to serve names the
+// proxy, a typo names the nearest flag, a negative value is a value.
+func TestFlagsOfTheOtherCommand(t *testing.T) {
+	clearServeEnv(t)
+	for _, tc := range []struct {
+		proxy bool
+		args  []string
+		want  string
+	}{
+		{false, []string{"--resp-listen", "127.0.0.1:6380"}, "--resp-listen is a setting of hotcount proxy, not of hotcount serve"},
+		{true, []string{"--redis", "127.0.0.1:1", "--listen=127.0.0.1:1"}, "--listen is a setting of hotcount serve, not of hotcount proxy"},
+		{false, []string{"--log-formt", "json"}, "unknown flag --log-formt (did you mean --log-format?)"},
+		{false, []string{"--heal-interval", "-1s", "--mode", "slow"}, "mode (from flag --mode): must be fast or durable"},
+	} {
+		var out, errb bytes.Buffer
+		run := runServe
+		if tc.proxy {
+			run = runProxy
+		}
+		if code := run(context.Background(), tc.args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}

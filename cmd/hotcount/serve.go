@@ -32,6 +32,9 @@ const shutdownTimeout = 15 * time.Second
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", stdout, stderr)
 	registerFlags(fs, cmdServe)
+	if err := checkFlagArgs(fs, cmdServe, args); err != nil {
+		return fs.usagef("%v", err)
+	}
 	if code, done := fs.parse(args); done {
 		return code
 	}
