@@ -211,6 +211,48 @@ func (c *Client) touch(n *Namespace, key string) {
 	}
 }
 
+// IncrValue adds delta to key as Incr does, except that an increment of a
+// cold counter of a buffered fast-mode namespace is written at once, as
+// one INCRBY on the counter's one sub-counter, instead of being buffered
+// (no script, no extra key, no read), and returns the value the cache
+// answered. exact reports that the counter is known to be cold (its
+// metadata, cached or looked up beside the INCRBY, names the cold
+// sub-counter alone, and this process buffers nothing of it), so value is
+// the counter's value, what a plain INCR would answer; otherwise value is
+// 0 and the increment was buffered or written as Incr does. A key that
+// gets Config.Buffer.HotAt increments in one flush interval is hot and
+// buffered from then on. When the INCRBY could not be sent (the cache is
+// unreachable) the increment is buffered instead; when it was sent and
+// got no reply, the error wraps ErrUnavailable and its outcome is
+// unknown, as for an unbuffered Incr. The Redis-protocol proxy's INCR
+// uses it.
+func (c *Client) IncrValue(ctx context.Context, key string, delta int64) (value int64, exact bool, err error) {
+	if err := c.check(key); err != nil {
+		return 0, false, err
+	}
+	if delta == 0 {
+		return 0, false, ErrZeroDelta
+	}
+	n := c.cfg.table.Lookup(key)
+	if n.Mode != ModeFast || !n.Buffered {
+		return 0, false, c.incr(ctx, key, delta, "")
+	}
+	if c.dur != nil {
+		c.dur.Touch(n, strings.Clone(key))
+	}
+	v, exact, ok, err := c.eng.IncrDirect(ctx, n, key, delta)
+	switch {
+	case !ok:
+	case err == nil:
+		return v, exact, nil
+	case errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrNoReply):
+		// Never written: buffered and retried, as any buffered increment.
+	default:
+		return 0, false, err
+	}
+	return 0, false, c.eng.Add(n, key, delta)
+}
+
 // check refuses calls after Close and invalid keys.
 func (c *Client) check(key string) error {
 	if c.closed.Load() {

@@ -466,3 +466,47 @@ func newWriterID() string {
 	_, _ = crand.Read(raw[:]) // never fails (crypto/rand panics instead)
 	return hex.EncodeToString(raw[:])
 }
+
+// Direct counts one increment of key that the caller writes to the cache
+// itself, at once, and reports whether it may: true when key is cold and
+// this buffer holds nothing of it (no delta, no op), so that the value the
+// cache answers is not short of a buffered delta. It returns false, and
+// counts nothing, when the key is hot or holds a delta: the caller Adds
+// it instead. A key counted by Direct turns hot, as one counted by Add,
+// at Config.HotAt increments in one interval; from then on Direct answers
+// false. After Close, or when the buffer is at Config.MaxPendingKeys, it
+// answers true without counting.
+func (b *Buffer) Direct(key string) bool {
+	h := hashString(b.seed, key)
+	sh := &b.shards[h>>(64-shardBits)]
+	if c := sh.tab.Load().find(h, key); c != nil {
+		if c.hot.Load() || c.lanes.Load() != nil || c.v.Load() != 0 {
+			return false
+		}
+	}
+	b.opsMu.RLock()
+	pending := len(b.ops[key]) > 0
+	b.opsMu.RUnlock()
+	if pending {
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c := sh.tab.Load().find(h, key); c != nil {
+		// Live while we hold the lock.
+		if c.hot.Load() || c.lanes.Load() != nil || c.v.Load() != 0 {
+			return false
+		}
+		c.adds.Add(1)
+		return true
+	}
+	if b.closed.Load() || keyspace.Validate(key) != nil || b.cells.Load()+b.nops.Load() >= int64(b.cfg.MaxPendingKeys) {
+		return true
+	}
+	c := &cell{key: strings.Clone(key), hash: h}
+	c.adds.Store(1)
+	c.since.Store(b.cfg.Clock.Now().UnixNano())
+	sh.insert(c)
+	b.cells.Add(1)
+	return true
+}

@@ -171,3 +171,34 @@ func TestQueuedOpsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDirect: Direct lets a cold key's increment go to the cache at once
+// and counts it; a key with a buffered delta or op, or one that turned hot
+// on Direct's count, is buffered instead.
+func TestDirect(t *testing.T) {
+	sink := newFakeSink()
+	b, _ := newTestBuffer(t, sink, func(c *Config) { c.HotAt = 8 })
+	for range 7 {
+		if !b.Direct("cold") {
+			t.Fatal("Direct of a cold key: false")
+		}
+	}
+	tick(b)
+	if !b.Direct("cold") {
+		t.Fatal("7 increments in an interval turned the key hot")
+	}
+	for range 7 {
+		b.Direct("cold")
+	}
+	tick(b) // 8 in this interval: hot
+	if b.Direct("cold") {
+		t.Fatal("Direct of a hot key: true")
+	}
+	mustAdd(t, b, "held", 1)
+	if b.Direct("held") {
+		t.Fatal("Direct of a key with a buffered delta: true")
+	}
+	if sink.callCount() != 0 || b.Pending("cold") != 0 {
+		t.Fatalf("Direct sent or held something: %d calls, pending %d", sink.callCount(), b.Pending("cold"))
+	}
+}

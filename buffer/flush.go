@@ -158,6 +158,14 @@ func (b *Buffer) cut(kill bool) {
 				continue // its op must be acknowledged first
 			}
 			ls := c.lanes.Load()
+			if ls == nil && c.v.Load() == 0 && !c.hot.Load() && c.adds.Load() >= int64(b.cfg.HotAt) {
+				// Counted by Direct: written by the caller, nothing to
+				// cut, and now hot.
+				c.hot.Store(true)
+				c.adds.Store(0)
+				c.since.Store(now)
+				continue
+			}
 			if ls == nil && c.v.CompareAndSwap(0, deadMark) {
 				retired++ // no delta since the previous cut
 				continue

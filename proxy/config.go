@@ -23,6 +23,10 @@ type Counters interface {
 	Namespace(key string) (hotcount.Namespace, bool)
 	// Incr adds delta to the counter key.
 	Incr(ctx context.Context, key string, delta int64) error
+	// IncrValue is Incr that writes a cold counter of a buffered
+	// namespace at once and returns the value the cache answered, exact
+	// when the counter is known to be cold (hotcount.Client.IncrValue).
+	IncrValue(ctx context.Context, key string, delta int64) (value int64, exact bool, err error)
 	// Get returns the summed value of the counter key.
 	Get(ctx context.Context, key string) (hotcount.Reading, error)
 	// GetFresh returns the summed value of the counter key read now,

@@ -131,11 +131,19 @@ func (c *conn) counterIncr(key string, delta int64) {
 		c.out = appendInt(c.out, v)
 		return
 	}
-	if err := c.s.counters.Incr(ctx, key, delta); err != nil {
+	cv, known, err := c.s.counters.IncrValue(ctx, key, delta)
+	if err != nil {
 		c.out = appendErr(c.out, counterError(err))
 		return
 	}
 	c.s.stats.counterIncrs.Add(1)
+	if known {
+		// A cold counter, written with one INCRBY: its reply is the
+		// counter's value, exact, and no read is needed.
+		c.s.est.drop(key)
+		c.out = appendInt(c.out, cv)
+		return
+	}
 	now := c.s.cfg.Clock.Now()
 	// With ReplyExact the estimate still counts this proxy's increments
 	// (it is the answer when the read fails), but every reply is a read.

@@ -318,3 +318,79 @@ func (e *Engine) Clear(ctx context.Context, key string) error {
 	e.cache.drop(key)
 	return nil
 }
+
+// IncrDirect writes an increment of a cold key of the buffered fast
+// namespace n at once, as one INCRBY on its cold sub-counter, and returns
+// the value INCRBY answered. exact reports that the counter is known to be
+// cold (its label sets are the cold label alone, as its cached metadata
+// says or a look-up made beside the INCRBY found, and nothing of it is
+// buffered here), so that the value is the counter's. ok is false, and
+// nothing is written, when the key is hot in the buffer (package buffer's
+// Direct), holds a buffered delta, is known to be sharded, or takes a
+// deadline: the caller then buffers it. The look-up of an uncached
+// counter's labels runs beside the INCRBY, so it adds no round trip.
+func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, delta int64) (v int64, exact, ok bool, err error) {
+	b := e.bufs[n.FlushInterval]
+	if b == nil || e.meta == nil || n.Mode != ns.ModeFast || n.NoColdStart || n.TTL != 0 || e.cfg.NaiveLabels {
+		return 0, false, false, nil
+	}
+	if delta > store.MaxValue || delta < -store.MaxValue {
+		return 0, false, false, nil // Add refuses it
+	}
+	read, missing := e.meta.CachedReadSets([]string{key})
+	cached := len(missing) == 0
+	if cached && !coldSet(read[0]) {
+		return 0, false, false, nil
+	}
+	if w, _, _, _, wok := e.meta.Cached(key); wok && !coldSet(w) {
+		return 0, false, false, nil
+	}
+	if !e.meta.CachedDeadline(key).IsZero() || !b.Direct(key) {
+		return 0, false, false, nil
+	}
+	k := strings.Clone(key)
+	sub := keyspace.SubKey(k, keyspace.ColdLabel)
+	var lookup chan error
+	if !cached && !e.closing.Load() {
+		lookup = make(chan error, 1)
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			lctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+			defer cancel()
+			lookup <- e.meta.Refresh(lctx, k)
+		}()
+	}
+	v, err = e.st.IncrBy(ctx, sub, delta)
+	if lookup != nil {
+		select {
+		case lerr := <-lookup:
+			if lerr == nil {
+				read, missing = e.meta.CachedReadSets([]string{k})
+				cached = len(missing) == 0
+			}
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		return 0, false, true, fmt.Errorf("incr %q: %w", k, err)
+	}
+	if v > store.MaxValue || v < -store.MaxValue {
+		if _, err := e.st.IncrBy(ctx, sub, -delta); err != nil {
+			return 0, false, true, fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", k, store.ErrUnavailable, delta, sub, err)
+		}
+		return 0, false, true, fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", k, store.ErrOverflow, sub, int64(store.MaxValue))
+	}
+	t, slot := e.topology(), uint16(0)
+	if t != nil {
+		slot = keyspace.Slot(sub)
+	}
+	e.obs.incremented(k, t, slot, false, nil, 0)
+	e.cache.add(k, delta)
+	return v, cached && coldSet(read[0]), true, nil
+}
+
+// coldSet reports whether labels is the cold label alone.
+func coldSet(labels []string) bool {
+	return len(labels) == 1 && labels[0] == keyspace.ColdLabel
+}
