@@ -323,8 +323,10 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 
 // GetExact returns the exact value of a durable-mode counter from the
 // durable store: its rolled-up total plus the events not yet rolled up.
-// Every acknowledged increment is in it. Stale is zero and N is the number
-// of sub-counters of the cache view.
+// Every acknowledged increment is in it. It stands on the durable store
+// alone: Stale is zero, and N is the number of sub-counters of the cache
+// view when the cache answers; while the cache is down or failing over, N
+// is 0 and NUnknown is set, and the read still succeeds.
 func (c *Client) GetExact(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
@@ -332,16 +334,31 @@ func (c *Client) GetExact(ctx context.Context, key string) (Reading, error) {
 	if c.cfg.table.Lookup(key).Mode != ModeDurable {
 		return Reading{}, fmt.Errorf("exact %q: %w", key, ErrNotDurable)
 	}
+	// The cache is asked for N beside the store, never before it: a
+	// cache that does not answer costs the read nothing but N.
+	nctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	subs := make(chan int, 1)
+	go func() {
+		sub, err := c.SubKeys(nctx, key)
+		if err != nil {
+			subs <- -1
+			return
+		}
+		subs <- len(sub)
+	}()
 	v, err := c.dur.Exact(ctx, key)
 	if err != nil {
 		return Reading{}, err
 	}
-	sub, err := c.SubKeys(ctx, key)
-	r := Reading{Key: key, Value: v, N: len(sub)}
-	if err == nil {
-		err = c.globalExact(ctx, &r)
+	r := Reading{Key: key, Value: v}
+	if r.N = <-subs; r.N < 0 {
+		r.N, r.NUnknown = 0, true
 	}
-	return r, err
+	if err := c.globalExact(ctx, &r); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // SubKeys returns the cache keys of every sub-counter of key that may hold

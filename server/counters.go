@@ -73,7 +73,8 @@ type readingResponse struct {
 	Value   int64  `json:"value"`
 	StaleMS int64  `json:"stale_ms"`
 	Mode    string `json:"mode"`
-	N       int    `json:"n"`
+	// N is null when an exact read could not learn it from the cache.
+	N *int `json:"n"`
 }
 
 // handleGet reads a counter: the cached sum by default, or with
@@ -102,7 +103,11 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: string(s.c.Mode(key)), N: rd.N})
+	resp := readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: string(s.c.Mode(key))}
+	if !rd.NUnknown {
+		resp.N = &rd.N
+	}
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
 

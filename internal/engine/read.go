@@ -26,6 +26,9 @@ type Reading struct {
 	// Regions, for a Client in a region, is each region's share of Value
 	// (the local one included) and how old it is; nil otherwise.
 	Regions map[string]regions.Share `json:"-"`
+	// NUnknown is set when N could not be learnt: an exact read answered
+	// from the durable store while the cache did not answer. N is 0 then.
+	NUnknown bool `json:"-"`
 }
 
 // SubRead is what Read found for one counter: its read set's sub-keys and
