@@ -165,7 +165,10 @@ var commandExamples = map[string]string{
 	"proxy": `  hotcount proxy --redis 127.0.0.1:7100
   hotcount proxy --config hotcount.yaml --resp-listen 127.0.0.1:6380 --admin-listen off
 `,
-	"bench": `  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
+	"bench": `  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 20 --duration 2s --rounds 1
+                                                   a quick look, about 15 s
+  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
+                                                   3 rounds of 10 s per mode: about two minutes
 `,
 	"soak": `  hotcount soak --duration 1m --interval 10s
   hotcount soak --redis 127.0.0.1:7100 --duration 10m --keep
