@@ -18,7 +18,8 @@ import (
 //     proxy's own (it is a master without replicas);
 //   - Memory: used_memory, used_memory_rss, used_memory_peak, maxmemory
 //     and used_memory_dataset summed over the primaries, with their
-//     *_human forms; mem_allocator from the first primary (by address);
+//     *_human forms; mem_allocator and number_of_cached_scripts (scripts
+//     are loaded on every primary) from the first primary (by address);
 //   - Persistence: the first primary's fields, but
 //     rdb_changes_since_last_save summed over the primaries;
 //   - Stats also sums the primaries' keyspace_hits, keyspace_misses,
@@ -172,6 +173,7 @@ func (c *conn) infoCmd(args [][]byte) {
 		mem = append(mem, f+":"+strconv.FormatInt(n, 10), f+"_human:"+humanBytes(n))
 	}
 	mem = append(mem, "mem_allocator:"+first["mem_allocator"],
+		"number_of_cached_scripts:"+first["number_of_cached_scripts"],
 		"hotcount_input_bytes:"+strconv.FormatInt(s.input.used.Load(), 10),
 		"hotcount_memory_budget:"+strconv.FormatInt(s.input.limit, 10))
 	section("Memory", mem...)
