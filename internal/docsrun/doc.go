@@ -14,7 +14,8 @@
 //   - Every command must exit 0. `hotcount serve` and `hotcount proxy` run
 //     until the end of their doc, on free ports: the test waits for them
 //     to listen, maps the addresses the doc names (127.0.0.1:7070,
-//     127.0.0.1:6380, ...) to the real ones, and at the end stops them
+//     127.0.0.1:6380, ...) to the real ones (and sets HOTCOUNT_SERVER, the
+//     counter commands' default server, to serve's), and at the end stops them
 //     with SIGTERM, expecting exit 0. `hotcount cluster up --port P` runs
 //     on free ports ("--port 0") in a temporary --dir, and the doc's
 //     127.0.0.1:P is mapped to the first seed it prints.

@@ -355,6 +355,11 @@ func (r *runner) start(where, cmd string) {
 			for _, a := range docAddrs[sub] {
 				r.addrs[a] = m[2]
 			}
+			if sub == "serve" {
+				// The counter commands' default server is the doc's
+				// 127.0.0.1:7070: here, the one just started.
+				r.env = append(r.env, "HOTCOUNT_SERVER=http://"+m[2])
+			}
 			if a := adminOn.FindStringSubmatch(out.String()); a != nil {
 				r.addrs["127.0.0.1:7071"] = a[1]
 			}
