@@ -336,6 +336,10 @@ type Lifecycle interface {
 	// DueDeadlines returns up to limit deadline records at or before now,
 	// oldest first.
 	DueDeadlines(ctx context.Context, now time.Time, limit int) (map[string]time.Time, error)
+	// LoadDeadlines returns the deadline records of keys; keys without
+	// one are absent. A restore gives the counters it brings back these
+	// deadlines.
+	LoadDeadlines(ctx context.Context, keys []string) (map[string]time.Time, error)
 	// Stats counts the rows of every table and the bytes the store holds.
 	// It reads every table: call it at the pace of a metrics scrape, not
 	// per request.

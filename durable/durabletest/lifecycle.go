@@ -310,7 +310,8 @@ func testMetaBatch(t *testing.T, open func(t *testing.T) durable.Backend) {
 
 // testDeadlines: SetDeadlines records, replaces (unless onlyNew) and
 // removes deadlines; DueDeadlines returns the passed ones, oldest first up
-// to the limit; ClearCounter removes the record.
+// to the limit; LoadDeadlines returns those of given keys; ClearCounter
+// removes the record.
 func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
 	b := openT(t, open)
 	ctx := ctxT(t)
@@ -340,6 +341,13 @@ func testDeadlines(t *testing.T, open func(t *testing.T) durable.Backend) {
 	}
 	if got := due(t0.Add(time.Minute), 10); got != "a@1s b@2s " {
 		t.Fatalf("due = %q", got)
+	}
+	if m, err := b.LoadDeadlines(ctx, []string{"a", "b", "c", "d", "zz"}); err != nil || len(m) != 3 ||
+		!m["a"].Equal(t0.Add(time.Second)) || !m["b"].Equal(t0.Add(2*time.Second)) || !m["c"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("LoadDeadlines = %v %v", m, err)
+	}
+	if m, err := b.LoadDeadlines(ctx, nil); err != nil || len(m) != 0 {
+		t.Fatalf("LoadDeadlines of no key = %v %v", m, err)
 	}
 	if got := due(t0.Add(time.Minute), 1); got != "a@1s " {
 		t.Fatalf("due, limit 1 = %q", got)

@@ -44,6 +44,10 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 	if err := ck.restoreMetas(ctx, topo, node, cps, r); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", node, err)
 	}
+	deadlines, err := ck.deadlines(ctx, node, topo, cps)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", node, err)
+	}
 	tok := strconv.FormatInt(inc, 10)
 	var ops []store.IncrOp
 	var ages []time.Duration
@@ -100,11 +104,25 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		if !ok || cp.Total == 0 || topo.NodeOf(cp.Key) != node {
 			continue
 		}
+		// The deadline is part of the counter: the sub-counter comes back
+		// with the one it had (the cold one exactly at the counter's, the
+		// others store.DeadlineGrace later), and a counter that ended
+		// while its node was away does not come back at all.
+		var expireAt time.Time
+		if dl, ok := deadlines[key]; ok {
+			if !now.Before(dl) {
+				continue
+			}
+			expireAt = dl
+			if label != keyspace.ColdLabel {
+				expireAt = dl.Add(store.DeadlineGrace)
+			}
+		}
 		age := max(now.Sub(cp.At), 0)
 		if s, ok := ck.saved[key][cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
 			loss += s.rate * lostAt.Sub(cp.At).Seconds()
 		}
-		ops = append(ops, store.IncrOp{Key: cp.Key, Delta: cp.Total,
+		ops = append(ops, store.IncrOp{Key: cp.Key, Delta: cp.Total, ExpireAt: expireAt,
 			TokenKey: keyspace.AuxKey(key, label, "restore", tok), TTL: restoreTokenTTL})
 		ages = append(ages, age)
 		if len(ops) == ckChunk {
@@ -135,6 +153,34 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		ck.restores = ck.restores[len(ck.restores)-maxRestores:]
 	}
 	return r, nil
+}
+
+// deadlines returns the recorded deadlines of the counters of cps whose
+// sub-counters live on node.
+func (ck *checkpointer) deadlines(ctx context.Context, node string, topo *store.Topology, cps []durable.Checkpoint) (map[string]time.Time, error) {
+	var keys []string
+	seen := map[string]bool{}
+	for _, cp := range cps {
+		key, _, ok := keyspace.ParseSubKey(cp.Key)
+		if !ok || cp.Total == 0 || seen[key] || topo.NodeOf(cp.Key) != node {
+			continue
+		}
+		seen[key] = true
+		keys = append(keys, key)
+	}
+	out := map[string]time.Time{}
+	for start := 0; start < len(keys); start += ckChunk {
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(ck.d.cfg.Timeout))
+		m, err := ck.d.be.LoadDeadlines(lctx, keys[start:min(start+ckChunk, len(keys))])
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("deadlines: %w", err)
+		}
+		for k, at := range m {
+			out[k] = at
+		}
+	}
+	return out, nil
 }
 
 // restoreMetas restores the label-set records that node held, of the

@@ -436,6 +436,28 @@ func (c *Common) DueDeadlines(ctx context.Context, now time.Time, limit int) (ma
 	return m, c.cfg.Wrap("due deadlines", err)
 }
 
+// LoadDeadlines implements durable.Lifecycle.
+func (c *Common) LoadDeadlines(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var k string
+	var at int64
+	err := c.cfg.Read.Query(ctx, `SELECT key, at_ns FROM deadlines WHERE `+c.cfg.Dialect.In("key", 1),
+		[]any{c.cfg.Dialect.List(keys)}, func(scan func(...any) error) error {
+			if err := scan(&k, &at); err != nil {
+				return err
+			}
+			out[k] = FromNanos(at)
+			return nil
+		})
+	return out, c.cfg.Wrap("load deadlines", err)
+}
+
 // Tombstones implements durable.Lifecycle.
 func (c *Common) Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error) {
 	if err := Check(c); err != nil {
