@@ -113,4 +113,51 @@ func TestDeadlineSurvivesNodeRestore(t *testing.T) {
 	if err != nil || pttl == "-1" || pttl == "-2" {
 		t.Errorf("PTTL {rt:1#0} = %s %v after the restore, want the deadline", pttl, err)
 	}
+	// The same through a rebuild.
+	if _, err := testenv.Do(ctx, node.Addr, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RebuildKeys(ctx, "rt:1"); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadline(t, c, "rt:1", 3, at, "after a rebuild")
+}
+
+// TestDeadlineAcrossGrowAndFold: a cold counter with a deadline keeps it
+// when it grows to N sub-counters, when a fold shrinks it, and when it
+// folds back to its one key and its metadata goes.
+func TestDeadlineAcrossGrowAndFold(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, mustMem(t), hotcount.Config{Meta: hotcount.MetaConfig{TTL: 20 * time.Millisecond}, Reads: hotcount.ReadConfig{NoCache: true}})
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	const key = "rt:grow"
+	if err := c.Incr(ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Expire(ctx, key, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, key, 4); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := c.Incr(ctx, key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDeadline(t, c, key, 23, at, "grown to 4")
+	if err := c.Resize(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadline(t, c, key, 23, at, "folded to 2")
+	if err := c.Resize(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unpin(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := c.Shards(ctx, key); err != nil || rep.Epoch != 0 {
+		t.Fatalf("back to one key: %+v %v; want no metadata", rep, err)
+	}
+	checkDeadline(t, c, key, 23, at, "folded back to one key")
 }
