@@ -471,17 +471,14 @@ func (c *serveConfig) Validate() error {
 			return bad(setPostgres, "want a URL like postgres://user@host:5432/db")
 		}
 	}
-	if !validMode(c.Mode) || c.Mode == "" {
-		return bad(setMode, "must be fast or durable, got %q", c.Mode)
+	if err := checkChoices(c, bad); err != nil {
+		return err
 	}
 	if c.Token != "" && strings.IndexFunc(c.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 		return bad(setToken, "must not contain spaces or control characters")
 	}
 	if err := c.resolveTokens(); err != nil {
 		return err
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad(setLogFormat, "must be text or json, got %q", c.LogFormat)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return bad(setTLSCert, "tls_cert and tls_key go together")
@@ -616,8 +613,6 @@ func (c *serveConfig) redisSources() string {
 
 // hasTokens reports whether any bearer token is configured.
 func (c *serveConfig) hasTokens() bool { return c.Token != "" || len(c.tokens) > 0 }
-
-func validMode(m string) bool { return m == "" || m == "fast" || m == "durable" }
 
 // checkHostPort accepts "host:port" with a port 0..65535.
 func checkHostPort(a string) error {

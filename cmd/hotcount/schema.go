@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +68,9 @@ type setting struct {
 	name string
 	// typ is the type as the reference shows it.
 	typ string
+	// choices, when set, are the values the setting takes; Validate
+	// refuses any other with a message listing them.
+	choices []string
 	// def is the default as the reference and the flag help show it; ""
 	// means none.
 	def string
@@ -159,12 +163,12 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.TLSCert }},
 	{name: setTLSKey, typ: "path", doc: "PEM key of tls_cert", cmds: cmdServe,
 		ptr: func(c *serveConfig) any { return &c.TLSKey }},
-	{name: setLogFormat, typ: "text or json", def: defaultLogFormat, doc: "format of the log on stderr (log/slog)", cmds: cmdServe,
+	{name: setLogFormat, typ: "text or json", choices: []string{"text", "json"}, def: defaultLogFormat, doc: "format of the log on stderr (log/slog)", cmds: cmdServe,
 		ptr: func(c *serveConfig) any { return &c.LogFormat }},
 	{name: setAccessLog, typ: "bool", def: "false", doc: "one log line per request: method, path, route, status, bytes, duration, token name", cmds: cmdServe,
 		ptr: func(c *serveConfig) any { return &c.AccessLog }},
 	// The settings of keys no namespace names (the library's Defaults).
-	{name: setMode, typ: "fast or durable", def: defaultMode, doc: "durability mode of keys no namespace names", cmds: cmdBoth, lib: "Defaults.Mode",
+	{name: setMode, typ: "fast or durable", choices: []string{"fast", "durable"}, def: defaultMode, doc: "durability mode of keys no namespace names", cmds: cmdBoth, lib: "Defaults.Mode",
 		ptr: func(c *serveConfig) any { return &c.Mode }},
 	{name: "n", typ: "int", def: strconv.Itoa(hotcount.DefaultN), doc: "sub-counters of a hot counter no namespace names", cmds: cmdBoth, lib: "Defaults.N",
 		ptr: func(c *serveConfig) any { return &c.Defaults.N }},
@@ -335,6 +339,22 @@ func checkFlagArgs(fs *flagSet, cmd cmdSet, args []string) error {
 			return fmt.Errorf("unknown flag --%s (did you mean --%s?)", name, near)
 		}
 		return nil // the flag package says it is not defined
+	}
+	return nil
+}
+
+// checkChoices refuses a value of a setting with choices that is not one
+// of them (a setting cmd does not use is not looked at).
+func checkChoices(c *serveConfig, bad func(name, format string, args ...any) error) error {
+	for _, s := range settings {
+		if len(s.choices) == 0 {
+			continue
+		}
+		v, ok := s.ptr(c).(*string)
+		if !ok || slices.Contains(s.choices, *v) || (*v == "" && c.Sources[s.name] == "") {
+			continue
+		}
+		return bad(s.name, "must be %s, got %q", strings.Join(s.choices, " or "), *v)
 	}
 	return nil
 }
