@@ -53,6 +53,7 @@ type conn struct {
 	rbuf    []byte          // unparsed input
 	held    int64           // bytes of rbuf reserved in the memory budget
 	need    int             // length of the unfinished command, when known
+	aliased bool            // strings of the batch point into rbuf
 	pending []byte          // input read while a command blocked, parsed next
 	argbuf  [][]byte        // arguments of the batch being run (alias rbuf)
 	out     []byte          // replies not yet written
@@ -239,8 +240,17 @@ func (c *conn) handleBatch() (ok, again bool) {
 	if !c.write() {
 		return false, false
 	}
-	// Keep the unfinished command at the front of the buffer.
-	if len(data) == 0 && cap(c.rbuf) > shrinkAbove {
+	// Keep the unfinished command at the front of the buffer: a new one
+	// when strings of this batch point into the old (see strings).
+	if c.aliased {
+		c.aliased = false
+		nb := make([]byte, len(data), max(readChunk, len(data)+readChunk/4))
+		copy(nb, data)
+		c.rbuf = nb
+		if !c.setBufferCap(cap(nb)) {
+			return false, false
+		}
+	} else if len(data) == 0 && cap(c.rbuf) > shrinkAbove {
 		c.rbuf = make([]byte, 0, readChunk)
 		c.setBufferCap(readChunk)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
@@ -188,14 +189,27 @@ func (c *conn) noteCommand(name string) {
 }
 
 // strings copies a command's arguments into strings (rueidis keeps them
-// until the reply arrives; the read buffer is reused before that).
+// until the reply arrives; the read buffer is reused before that). An
+// argument of bigArg bytes or more is not copied: its string points into
+// the read buffer, and the connection then leaves that buffer to the
+// garbage collector instead of reusing it (handleBatch), so that a large
+// value passed through costs its read buffer alone, which the memory
+// budget counts, not a second copy.
 func (c *conn) strings(args [][]byte) []string {
 	strs := make([]string, len(args))
 	for i, a := range args {
+		if len(a) >= bigArg {
+			strs[i] = unsafe.String(&a[0], len(a))
+			c.aliased = true
+			continue
+		}
 		strs[i] = string(a)
 	}
 	return strs
 }
+
+// bigArg: arguments at least this long are not copied (see strings).
+const bigArg = 256 << 10
 
 // slotOf returns the slot of the keys and whether they share it (always,
 // when the upstream is not a cluster).

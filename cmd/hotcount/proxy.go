@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -75,6 +76,7 @@ func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, fu
 // serveProxy runs the proxy for a validated configuration.
 func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	setProcs(cfg)
+	setMemoryLimit(cfg)
 	db, closeDB, err := openProxyDurable(ctx, cfg)
 	if errors.Is(err, dirlock.ErrLocked) {
 		return failf(stderr, "proxy: %v", err)
@@ -177,6 +179,27 @@ func setProcs(cfg serveConfig) {
 	if n := *cfg.RESPProcs; n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+}
+
+// memoryLimitOver is what the proxy's soft memory limit allows beyond
+// resp_memory_budget: the connections' first buffers, replies in flight,
+// the Client's state.
+const memoryLimitOver = 256 << 20
+
+// setMemoryLimit gives the Go runtime a soft memory limit of
+// resp_memory_budget plus memoryLimitOver (unless GOMEMLIMIT is set), so
+// that input buffers the budget has let go are collected before the heap
+// doubles: the budget bounds what connections hold, the limit how long
+// what they held stays in memory.
+func setMemoryLimit(cfg serveConfig) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	budget := int64(cfg.RESPMemoryBudget)
+	if budget == 0 {
+		budget = proxy.DefaultMemoryBudget
+	}
+	debug.SetMemoryLimit(budget + memoryLimitOver)
 }
 
 // loopback reports whether a host:port binds to loopback only.
