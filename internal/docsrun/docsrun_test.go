@@ -403,9 +403,8 @@ var (
 
 func hotcountBin(t *testing.T) string {
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "hotcount-docsrun-")
-		if buildErr != nil {
-			return
+		if _, err := os.Stat(filepath.Join(binDir, "hotcount")); err == nil {
+			return // the README's Quick start built it
 		}
 		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "hotcount"), root+"/cmd/hotcount").CombinedOutput()
 		if err != nil {
@@ -419,6 +418,11 @@ func hotcountBin(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "hotcount-docsrun-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -437,7 +441,11 @@ func TestDocsRun(t *testing.T) {
 	}
 	for _, doc := range []string{"README.md", "docs/cli.md"} {
 		t.Run(doc, func(t *testing.T) {
-			r := newRunner(t, hotcountBin(t))
+			bin := binDir // the README's Quick start builds it
+			if doc != "README.md" {
+				bin = hotcountBin(t)
+			}
+			r := newRunner(t, bin)
 			exs := docBlocks(t, filepath.Join(root, doc))
 			if len(exs) == 0 {
 				t.Fatalf("%s has no examples", doc)
