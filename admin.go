@@ -198,5 +198,6 @@ func (c *Client) Stats() Stats {
 	s.Rebalance = c.scale.Rebalances()
 	s.Decisions = c.scale.DecisionCounts()
 	s.Counters = c.eng.Counts()
+	s.Regions = c.RegionLinks()
 	return s
 }

@@ -30,7 +30,7 @@ type PeerConfig struct {
 	// Dial, when set, opens the connections to the peer's nodes instead of
 	// a plain TCP dial of the address the cluster announces (e.g. through
 	// a tunnel or a proxy); nil means TCP.
-	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	Dial func(ctx context.Context, addr string) (net.Conn, error) `config:"code"`
 }
 
 // validateRegions checks Region, Peers and ShipInterval.

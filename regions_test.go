@@ -2,8 +2,11 @@ package hotcount_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/internal/faultproxy"
 	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/server"
 )
 
 // Regions tests: each region is its own Redis Cluster on loopback; the link
@@ -265,8 +269,45 @@ func TestRegionsClearDuringPartition(t *testing.T) {
 	if r, err := clients["us"].GetFresh(ctx, key); err != nil || r.Value != 35 {
 		t.Fatalf("us, cut off from the clear, reads %d, %v; want 35", r.Value, err)
 	}
+	// The fault happened: eu's shipping fails while cut off, and its lag
+	// grows.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := clients["eu"].Stats().Regions
+		if len(l) == 1 && l[0].Errors > 0 && l[0].Lag > 2*regionShip {
+			t.Logf("eu's link during the partition: %d failed rounds (%s), lag %v", l[0].Errors, l[0].LastError, l[0].Lag)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eu's link during the partition: %+v; want failed rounds and a lag", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	w.isolate("eu", false)
 	converge(t, key, 8, clients)
+	// The HTTP reading gives each region's share and age.
+	srv, err := server.New(server.Config{Client: clients["us"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/v1/counters/" + key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Value   int64
+		Regions map[string]struct {
+			Value   int64
+			StaleMS *int64 `json:"stale_ms"`
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if err != nil || body.Value != 8 || body.Regions["us"].Value != 5 || body.Regions["eu"].Value != 3 || body.Regions["eu"].StaleMS == nil {
+		t.Fatalf("GET %s from us = %+v, %v; want value 8, regions us 5 and eu 3 with stale_ms", key, body, err)
+	}
 	// A second clear, in us, of everything both saw.
 	if err := clients["us"].Clear(ctx, key); err != nil {
 		t.Fatal(err)

@@ -72,4 +72,7 @@ type Stats struct {
 	// Counters counts the counters this process used lately by state,
 	// and the ones it removed past their deadline.
 	Counters engine.Counts
+	// Regions are the figures of the links to the peer regions (nil
+	// without Config.Region).
+	Regions []RegionLink
 }

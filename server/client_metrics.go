@@ -166,6 +166,8 @@ type clientCollector struct {
 	storeBytes *prometheus.Desc
 	cacheKeys  *prometheus.Desc
 	cacheBytes *prometheus.Desc
+	// Per peer region.
+	regionLag, regionShipped, regionBytes, regionErrors, regionLast, regionHolder *prometheus.Desc
 }
 
 func newClientCollector(c Backend, budget float64) *clientCollector {
@@ -190,6 +192,18 @@ func newClientCollector(c Backend, budget float64) *clientCollector {
 			"Keys each cache primary holds (DBSIZE), as the last clean-up pass read them.", []string{"node"}, nil),
 		cacheBytes: prometheus.NewDesc("hotcount_cache_memory_bytes",
 			"Memory each cache primary uses (used_memory), as the last clean-up pass read it.", []string{"node"}, nil),
+		regionLag: prometheus.NewDesc("hotcount_region_lag_seconds",
+			"Time since the last successful ship round to the peer region (this region's shipping process only; about the ship interval when healthy).", []string{"peer"}, nil),
+		regionShipped: prometheus.NewDesc("hotcount_region_shipped_records_total",
+			"Contribution and fence records this process shipped to the peer region.", []string{"peer"}, nil),
+		regionBytes: prometheus.NewDesc("hotcount_region_shipped_bytes_total",
+			"Bytes of the records this process shipped to the peer region.", []string{"peer"}, nil),
+		regionErrors: prometheus.NewDesc("hotcount_region_link_errors_total",
+			"Ship rounds to the peer region that failed.", []string{"peer"}, nil),
+		regionLast: prometheus.NewDesc("hotcount_region_last_success_timestamp_seconds",
+			"Unix time of the last successful ship round to the peer region (absent before the first).", []string{"peer"}, nil),
+		regionHolder: prometheus.NewDesc("hotcount_region_shipping",
+			"1 if this process holds its region's shipping lease, else 0.", nil, nil),
 	}
 }
 
@@ -207,6 +221,12 @@ func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cc.storeBytes
 	ch <- cc.cacheKeys
 	ch <- cc.cacheBytes
+	ch <- cc.regionLag
+	ch <- cc.regionShipped
+	ch <- cc.regionBytes
+	ch <- cc.regionErrors
+	ch <- cc.regionLast
+	ch <- cc.regionHolder
 }
 
 // Collect implements prometheus.Collector: the Client's stats, read now.
@@ -231,6 +251,24 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, n := range gc.Cache {
 		ch <- prometheus.MustNewConstMetric(cc.cacheKeys, prometheus.GaugeValue, float64(n.Keys), n.Node)
 		ch <- prometheus.MustNewConstMetric(cc.cacheBytes, prometheus.GaugeValue, float64(n.Bytes), n.Node)
+	}
+	for i, l := range st.Regions {
+		ch <- prometheus.MustNewConstMetric(cc.regionShipped, prometheus.CounterValue, float64(l.Shipped), l.Peer)
+		ch <- prometheus.MustNewConstMetric(cc.regionBytes, prometheus.CounterValue, float64(l.Bytes), l.Peer)
+		ch <- prometheus.MustNewConstMetric(cc.regionErrors, prometheus.CounterValue, float64(l.Errors), l.Peer)
+		if !l.LastSuccess.IsZero() {
+			ch <- prometheus.MustNewConstMetric(cc.regionLast, prometheus.GaugeValue, float64(l.LastSuccess.UnixNano())/1e9, l.Peer)
+		}
+		if l.Holder {
+			ch <- prometheus.MustNewConstMetric(cc.regionLag, prometheus.GaugeValue, l.Lag.Seconds(), l.Peer)
+		}
+		if i == 0 {
+			holder := 0.0
+			if l.Holder {
+				holder = 1
+			}
+			ch <- prometheus.MustNewConstMetric(cc.regionHolder, prometheus.GaugeValue, holder)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()

@@ -75,6 +75,27 @@ type readingResponse struct {
 	Mode    string `json:"mode"`
 	// N is null when an exact read could not learn it from the cache.
 	N *int `json:"n"`
+	// Regions, for a server in a region, is each region's share of
+	// value and how old it is.
+	Regions map[string]regionShare `json:"regions,omitempty"`
+}
+
+// regionShare is one region's share of a reading.
+type regionShare struct {
+	Value   int64 `json:"value"`
+	StaleMS int64 `json:"stale_ms"`
+}
+
+// shares translates a reading's region shares.
+func shares(rd hotcount.Reading) map[string]regionShare {
+	if rd.Regions == nil {
+		return nil
+	}
+	out := make(map[string]regionShare, len(rd.Regions))
+	for name, sh := range rd.Regions {
+		out[name] = regionShare{Value: sh.Value, StaleMS: sh.Stale.Milliseconds()}
+	}
+	return out
 }
 
 // handleGet reads a counter: the cached sum by default, or with
@@ -103,7 +124,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp := readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: string(s.c.Mode(key))}
+	resp := readingResponse{Key: key, Value: rd.Value, StaleMS: rd.Stale.Milliseconds(), Mode: string(s.c.Mode(key)), Regions: shares(rd)}
 	if !rd.NUnknown {
 		resp.N = &rd.N
 	}

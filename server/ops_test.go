@@ -71,7 +71,10 @@ func liveMetrics(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(ctx) })
-	s, _ := newTestServer(t, c, Config{Token: "scrape-me"})
+	// The links of a region's server are exported too: a region needs
+	// Redis clusters (tested in the root package), so their figures are
+	// given here.
+	s, _ := newTestServer(t, inRegion{c}, Config{Token: "scrape-me"})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	do := func(method, path, body string, auth bool) {
@@ -167,11 +170,12 @@ var stateGauges = []string{
 	"hotcount_checkpoint_last_success_timestamp_seconds", "hotcount_cache_up", "hotcount_node_budget_writes_per_second",
 	"hotcount_cleanup_pending_deadlines", "hotcount_cleanup_last_success_timestamp_seconds", "hotcount_durable_store_rows",
 	"hotcount_durable_store_bytes", "hotcount_cache_keys", "hotcount_cache_memory_bytes",
+	"hotcount_region_lag_seconds", "hotcount_region_last_success_timestamp_seconds", "hotcount_region_shipping",
 }
 
 // allowedLabels are the label names of hotcount_* series: none takes a
 // counter key as its value.
-var allowedLabels = []string{"route", "code", "namespace", "class", "op", "node", "table"}
+var allowedLabels = []string{"route", "code", "namespace", "class", "op", "node", "table", "peer"}
 
 // TestMetricsConventions: a scrape of a server with traffic passes
 // `promtool check metrics`, has the Go and process series, names every
@@ -389,4 +393,13 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("the dashboard's queries are not valid PromQL: %v\n%s", err, out)
 	}
 	checkExprNames(t, "dashboard", exprs, exportedNames(families(t, liveMetrics(t))))
+}
+
+// inRegion is a Client whose Stats show one link to a peer region.
+type inRegion struct{ *hotcount.Client }
+
+func (c inRegion) Stats() hotcount.Stats {
+	st := c.Client.Stats()
+	st.Regions = []hotcount.RegionLink{{Peer: "us", Shipped: 3, Bytes: 120, LastSuccess: time.Now(), Lag: time.Second, Holder: true}}
+	return st
 }

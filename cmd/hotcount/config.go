@@ -207,6 +207,12 @@ type serveConfig struct {
 	RESPAnnounce string   `yaml:"resp_announce"`
 	RESPPeers    []string `yaml:"resp_peers"`
 
+	// Region, Peers and ShipInterval put the process in a region (see
+	// docs/regions.md).
+	Region       string        `yaml:"region"`
+	Peers        []peerConfig  `yaml:"peers"`
+	ShipInterval time.Duration `yaml:"ship_interval"`
+
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.
 	Sources map[string]string `yaml:"-"`
@@ -215,6 +221,7 @@ type serveConfig struct {
 	// Redis login and TLS, the listener's certificate.
 	tokens    []server.Token
 	redisConn hotcount.RedisConfig
+	peerConns []hotcount.PeerConfig
 	listenTLS *tls.Config
 }
 
@@ -499,6 +506,9 @@ func (c *serveConfig) Validate() error {
 		return fmt.Errorf("%w: %v (%s)", errInvalidConfig, err, c.redisSources())
 	}
 	c.redisConn = rc
+	if err := c.resolvePeers(); err != nil {
+		return err
+	}
 	for i, ns := range c.Namespaces {
 		nsBad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: namespaces[%d] (prefix %q, from %s): %s", errInvalidConfig, i, ns.Prefix, c.Sources[setFile], fmt.Sprintf(format, args...))

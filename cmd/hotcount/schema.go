@@ -186,6 +186,13 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.Defaults.TTL }},
 	{name: setNamespaces, typ: "list of namespaces", doc: "settings per key prefix, longest prefix wins (see Namespaces below)", cmds: cmdBoth, fileOnly: true, lib: "Namespaces",
 		ptr: func(c *serveConfig) any { return &c.Namespaces }},
+	// Regions (docs/regions.md).
+	{name: setRegion, typ: "string", doc: "this region's name, when counters are written in several regions each with its own Redis (empty: no regions)", cmds: cmdBoth, lib: "Region",
+		ptr: func(c *serveConfig) any { return &c.Region }},
+	{name: setPeers, typ: "list of peers", doc: "the other regions (see Peers below)", cmds: cmdBoth, fileOnly: true, lib: "Peers",
+		ptr: func(c *serveConfig) any { return &c.Peers }},
+	{name: setShipInterval, typ: "duration", def: hotcount.DefaultShipInterval.String(), doc: "how often the counters that changed are shipped to the peers", cmds: cmdBoth, lib: "ShipInterval",
+		ptr: func(c *serveConfig) any { return &c.ShipInterval }},
 	// The library's other settings.
 	{name: "timeout", typ: "duration", def: hotcount.DefaultTimeout.String(), doc: "bound of every call to the cache", cmds: cmdBoth, lib: "Timeout",
 		ptr: func(c *serveConfig) any { return &c.Timeout }},
@@ -462,6 +469,10 @@ func checkFileKeys(doc *yaml.Node, cmd cmdSet) ([]string, error) {
 			if err := checkList(v, setTokens, tokenFields, cmd); err != nil {
 				return nil, err
 			}
+		case setPeers:
+			if err := checkList(v, setPeers, peerFields, cmd); err != nil {
+				return nil, err
+			}
 		}
 		set = append(set, key)
 	}
@@ -576,7 +587,7 @@ func editDistance(a, b string) int {
 // namespaces are set by clientConfig.
 func applyLibrary(c *serveConfig, hc *hotcount.Config) {
 	for _, s := range settings {
-		if s.lib == "" || strings.HasPrefix(s.lib, "Redis.") || s.lib == "Namespaces" || strings.HasPrefix(s.lib, "AutoN.") {
+		if s.lib == "" || strings.HasPrefix(s.lib, "Redis.") || s.lib == "Namespaces" || s.lib == "Peers" || strings.HasPrefix(s.lib, "AutoN.") {
 			continue
 		}
 		v := reflect.ValueOf(s.ptr(c)).Elem()
@@ -665,6 +676,10 @@ the other command uses is an error naming that command
 	}
 	w("\n## Tokens\n\nEach token of `tokens` has these fields. In `hotcount serve` the tokens guard the\nHTTP API; in `hotcount proxy` they guard its admin port as they guard serve\n(`/metrics` needs the `metrics` or `admin` scope, or `metrics_public`; the\ndashboard's routes their own scopes; `/healthz` and `/readyz` stay open). Redis\nclients of the proxy `AUTH` with `resp_password` instead.\n\n| field | type | meaning |\n|---|---|---|\n")
 	for _, f := range tokenFields {
+		w("| `%s` | %s | %s |\n", f.name, f.typ, f.doc)
+	}
+	w("\n## Peers\n\nEach peer of `peers` is another region (see docs/regions.md); it takes the same\nlogin and TLS options as `redis`:\n\n| field | type | meaning |\n|---|---|---|\n")
+	for _, f := range peerFields {
 		w("| `%s` | %s | %s |\n", f.name, f.typ, f.doc)
 	}
 	w(`

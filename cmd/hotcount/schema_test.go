@@ -99,7 +99,7 @@ func TestLibraryFieldsReachable(t *testing.T) {
 // of the library through its environment variable and checks that the
 // field of the Client's Config changed: a claim without an effect fails.
 func TestEverySettingReachesTheLibrary(t *testing.T) {
-	samples := map[string]string{"int": "7", "float": "123.5", "duration": "3s", "bool": "true", "fast or durable": "durable"}
+	samples := map[string]string{"int": "7", "float": "123.5", "duration": "3s", "bool": "true", "fast or durable": "durable", "string": "x"}
 	for _, s := range settings {
 		if s.lib == "" || s.fileOnly || strings.HasPrefix(s.lib, "Redis.") {
 			continue
@@ -115,6 +115,15 @@ func TestEverySettingReachesTheLibrary(t *testing.T) {
 			e := map[string]string{s.env(): v}
 			if s.lib == "Durability.RollupAge" {
 				e[s.env()] = "20m" // past the library's lower bound
+			}
+			if s.lib == "Region" || s.lib == "ShipInterval" {
+				// Regions need Redis, and ship_interval a region.
+				e[envName(setRedis)] = "10.0.0.1:7000"
+				if s.lib == "Region" {
+					e[s.env()] = "eu"
+				} else {
+					e[envName(setRegion)] = "eu"
+				}
 			}
 			cfg, err := loadConfig(nil, env(e))
 			if err != nil {

@@ -58,6 +58,7 @@ func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 	for _, ns := range cfg.Namespaces {
 		hc.Namespaces = append(hc.Namespaces, ns.namespace())
 	}
+	hc.Peers = append([]hotcount.PeerConfig(nil), cfg.peerConns...)
 	if hc.Redis.Addrs == nil && len(cfg.Redis) > 0 {
 		hc.Redis.Addrs = append([]string(nil), cfg.Redis...)
 	}

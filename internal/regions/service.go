@@ -125,6 +125,7 @@ type link struct {
 	connect func(context.Context) (rueidis.Client, error)
 	client  rueidis.Client // nil until connected; owned by the link's loop
 	stats   LinkStats
+	first   time.Time // the first round this process tried
 	mu      sync.Mutex
 }
 
@@ -134,13 +135,17 @@ type LinkStats struct {
 	Peer string
 	// Shipped counts the records written to the peer, Bytes their size.
 	Shipped, Bytes uint64
-	// Errors counts failed ship rounds.
-	Errors uint64
+	// Errors counts failed ship rounds; LastError is the last one's
+	// error ("" after a success).
+	Errors    uint64
+	LastError string
 	// LastSuccess is when a ship round last succeeded (zero: never, or
 	// not the lease holder).
 	LastSuccess time.Time
-	// Lag is how long the oldest counter waiting for this link has waited
-	// (as of the last round).
+	// Lag is the time since the last successful round (or, before the
+	// first, since the first try), for the lease holder (zero otherwise):
+	// about the ship interval plus a round trip when the link is healthy,
+	// growing while the peer is unreachable.
 	Lag time.Duration
 	// Holder reports whether this process holds the shipping lease.
 	Holder bool
@@ -296,11 +301,19 @@ func (s *Service) drop(key string) {
 func (s *Service) Stats() []LinkStats {
 	out := make([]LinkStats, len(s.links))
 	holder := s.token.Load() != 0
+	now := s.cfg.Clock.Now()
 	for i, l := range s.links {
 		l.mu.Lock()
 		out[i] = l.stats
+		from := l.first
 		l.mu.Unlock()
 		out[i].Holder = holder
+		if !out[i].LastSuccess.IsZero() {
+			from = out[i].LastSuccess
+		}
+		if holder && !from.IsZero() {
+			out[i].Lag = max(now.Sub(from), 0)
+		}
 	}
 	return out
 }

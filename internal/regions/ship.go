@@ -20,10 +20,11 @@ func (s *Service) outboxes(shard int) []string {
 }
 
 // pushLoop pushes the counters marked here to the region's outboxes every
-// Interval.
+// half Interval, so that a mark waits at most half an interval for the
+// shipper to see it.
 func (s *Service) pushLoop() {
 	defer s.wg.Done()
-	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	t := s.cfg.Clock.NewTicker(s.cfg.Interval / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -111,6 +112,11 @@ func (s *Service) shipLoop(l *link) {
 		if tok == 0 {
 			continue
 		}
+		l.mu.Lock()
+		if l.first.IsZero() {
+			l.first = s.cfg.Clock.Now()
+		}
+		l.mu.Unlock()
 		n, bytes, err := s.ship(l, tok)
 		now := s.cfg.Clock.Now()
 		l.mu.Lock()
@@ -118,11 +124,9 @@ func (s *Service) shipLoop(l *link) {
 		l.stats.Bytes += uint64(bytes)
 		if err != nil {
 			l.stats.Errors++
+			l.stats.LastError = err.Error()
 		} else {
-			l.stats.LastSuccess = now
-		}
-		if !l.stats.LastSuccess.IsZero() {
-			l.stats.Lag = now.Sub(l.stats.LastSuccess)
+			l.stats.LastSuccess, l.stats.LastError = now, ""
 		}
 		l.mu.Unlock()
 	}
