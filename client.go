@@ -199,7 +199,9 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 		err = c.eng.Incr(ctx, key, delta)
 	}
 	if c.reg != nil && err == nil {
-		c.reg.Mark(key)
+		// A buffered delta reaches the cache a flush later: its counter
+		// is shipped again then.
+		c.reg.Mark(key, n.Buffered && n.Mode != ModeDurable)
 	}
 	return err
 }

@@ -113,7 +113,7 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 		if err := lc.Do(ctx, lc.B().Incrby().Key("own:k").Increment(n).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		s.Mark("k")
+		s.Mark("k", false)
 	}
 	incr(a, 5)
 	incr(b, 1)
@@ -246,5 +246,55 @@ func TestApplyScript(t *testing.T) {
 	h, _ = c.Do(ctx, c.B().Hget().Key(hashKey("k")).Field("f:us").Build()).ToString()
 	if f, _ := Decode("k", "f:us", h); f.Value != 1 || f.Epoch != 2*1_700_000_000_000 {
 		t.Fatalf("fence after clear = %+v, want the contribution it observed", f)
+	}
+}
+
+// TestOutboxKeepsReMarked: a counter marked again after it was taken stays
+// in the outbox for one more round, at its place in the queue; one marked
+// once leaves it.
+func TestOutboxKeepsReMarked(t *testing.T) {
+	n := node(t)
+	c := client(t, n.Addr)
+	ctx := context.Background()
+	box := func(shard int) []string { return []string{boxKey("out", shard, "us")} }
+	boxes := make([]string, Shards)
+	for i := range boxes {
+		boxes[i] = boxKey("out", i, "us")
+	}
+	queued := func() []string {
+		taken, err := take(ctx, c, boxes, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, ms := range taken {
+			for _, m := range ms {
+				keys = append(keys, m.key)
+			}
+		}
+		return keys
+	}
+	if err := mark(ctx, c, []string{"a", "b"}, box); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := take(ctx, c, boxes, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mark(ctx, c, []string{"a"}, box); err != nil { // while "shipping"
+		t.Fatal(err)
+	}
+	if err := ack(ctx, c, taken); err != nil {
+		t.Fatal(err)
+	}
+	if q := queued(); len(q) != 1 || q[0] != "a" {
+		t.Fatalf("after the ack the outbox holds %v, want [a]", q)
+	}
+	taken, _ = take(ctx, c, boxes, 100)
+	if err := ack(ctx, c, taken); err != nil {
+		t.Fatal(err)
+	}
+	if q := queued(); len(q) != 0 {
+		t.Fatalf("after the second ack the outbox holds %v, want nothing", q)
 	}
 }

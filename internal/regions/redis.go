@@ -39,6 +39,10 @@ func boxKey(kind string, s int, peer string) string {
 	return "hotcount:rg:" + kind + ":{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
 }
 
+// againKey is the again-set of box: its counters marked again while
+// queued.
+func againKey(box string) string { return box + ":again" }
+
 func seqKey(s int) string { return "hotcount:rg:mark:{hotcount-rg-" + strconv.Itoa(s) + "}" }
 
 // seenKey is set in a peer's cache once origin has shipped everything it
@@ -147,44 +151,50 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-// markScript adds the counters ARGV to every box KEYS[1..n-1] of one
-// shard, with a score drawn from the shard's counter KEYS[n]: a counter
-// marked again gets a higher score, so taking it off with ackScript after
-// an earlier read of it leaves it marked.
+// markScript adds the counters ARGV to every box of one shard: KEYS holds
+// pairs (box, its again-set) and last the shard's counter, whose next
+// value is the score of counters new to a box. A counter already in a box
+// keeps its score (its place in the queue, so that a counter marked over
+// and over is not starved by newer ones) and goes into the box's
+// again-set instead, so that ackScript keeps it for one more round.
 var markScript = newScript(`
 local s = redis.call('INCR', KEYS[#KEYS])
-for k = 1, #KEYS - 1 do
+for k = 1, #KEYS - 1, 2 do
   for i = 1, #ARGV, 500 do
-    local args = {}
-    for j = i, math.min(i + 499, #ARGV) do
-      args[#args+1] = s
-      args[#args+1] = ARGV[j]
+    local batch = {}
+    for j = i, math.min(i + 499, #ARGV) do batch[#batch+1] = ARGV[j] end
+    local have = redis.call('ZMSCORE', KEYS[k], unpack(batch))
+    local add, again = {}, {}
+    for j = 1, #batch do
+      if have[j] then
+        again[#again+1] = batch[j]
+      else
+        add[#add+1] = s
+        add[#add+1] = batch[j]
+      end
     end
-    redis.call('ZADD', KEYS[k], unpack(args))
+    if #add > 0 then redis.call('ZADD', KEYS[k], unpack(add)) end
+    if #again > 0 then redis.call('SADD', KEYS[k+1], unpack(again)) end
   end
 end
 return s
 `)
 
-// ackScript takes the counters off box KEYS[1] (ARGV: member, score
-// pairs) whose score is still the one read.
+// ackScript takes the counters ARGV off box KEYS[1] after they were
+// shipped, except those marked again meanwhile (in the again-set
+// KEYS[2]), which stay for one more round.
 var ackScript = newScript(`
 local n = 0
-for i = 1, #ARGV, 2 do
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if s and tonumber(s) == tonumber(ARGV[i+1]) then
-    redis.call('ZREM', KEYS[1], ARGV[i])
-    n = n + 1
+for i = 1, #ARGV do
+  if redis.call('SREM', KEYS[2], ARGV[i]) == 0 then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
   end
 end
 return n
 `)
 
-// marked is one counter taken from a box, with the score it had.
-type marked struct {
-	key   string
-	score string
-}
+// marked is one counter taken from a box.
+type marked struct{ key string }
 
 // markCalls returns the script calls that add keys to the boxes named by
 // box(shard): one call per shard.
@@ -196,7 +206,11 @@ func markCalls(keys []string, box func(shard int) []string) []call {
 	}
 	calls := make([]call, 0, len(byShard))
 	for s, ks := range byShard {
-		calls = append(calls, call{s: markScript, keys: append(box(s), seqKey(s)), args: ks})
+		var keys []string
+		for _, b := range box(s) {
+			keys = append(keys, b, againKey(b))
+		}
+		calls = append(calls, call{s: markScript, keys: append(keys, seqKey(s)), args: ks})
 	}
 	return calls
 }
@@ -211,21 +225,21 @@ func mark(ctx context.Context, c rueidis.Client, keys []string, box func(shard i
 	return nil
 }
 
-// take reads up to limit counters from each of the boxes, in one
-// pipelined round.
+// take reads up to limit counters from each of the boxes, the longest
+// queued first, in one pipelined round.
 func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map[string][]marked, error) {
 	cmds := make(rueidis.Commands, len(boxes))
 	for i, b := range boxes {
-		cmds[i] = c.B().Zrange().Key(b).Min("0").Max(strconv.Itoa(limit - 1)).Withscores().Build()
+		cmds[i] = c.B().Zrange().Key(b).Min("0").Max(strconv.Itoa(limit - 1)).Build()
 	}
 	out := make(map[string][]marked)
 	for i, r := range c.DoMulti(ctx, cmds...) {
-		arr, err := r.AsZScores()
+		arr, err := r.AsStrSlice()
 		if err != nil {
 			return nil, fmt.Errorf("regions: take %s: %w", boxes[i], err)
 		}
-		for _, z := range arr {
-			out[boxes[i]] = append(out[boxes[i]], marked{key: z.Member, score: strconv.FormatFloat(z.Score, 'f', -1, 64)})
+		for _, k := range arr {
+			out[boxes[i]] = append(out[boxes[i]], marked{key: k})
 		}
 	}
 	return out, nil
@@ -238,11 +252,11 @@ func ack(ctx context.Context, c rueidis.Client, ms map[string][]marked) error {
 		if len(list) == 0 {
 			continue
 		}
-		args := make([]string, 0, 2*len(list))
+		args := make([]string, 0, len(list))
 		for _, m := range list {
-			args = append(args, m.key, m.score)
+			args = append(args, m.key)
 		}
-		calls = append(calls, call{s: ackScript, keys: []string{box}, args: args})
+		calls = append(calls, call{s: ackScript, keys: []string{box, againKey(box)}, args: args})
 	}
 	for _, r := range round(ctx, c, nil, calls) {
 		if err := r.Error(); err != nil {

@@ -100,7 +100,7 @@ type Service struct {
 	peers []string
 
 	mu    sync.Mutex
-	dirty map[string]time.Time // counters changed here → first change not yet pushed twice
+	dirty map[string]dirtyMark // counters changed here, not yet pushed for good
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedState
@@ -112,6 +112,13 @@ type Service struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+}
+
+// dirtyMark is when a counter was first marked since its last push, and
+// whether it must be pushed again Settle later (a buffered delta).
+type dirtyMark struct {
+	at     time.Time
+	settle bool
 }
 
 type cachedState struct {
@@ -177,7 +184,7 @@ func New(cfg Config) (*Service, error) {
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	var id [8]byte
 	rand.Read(id[:])
-	s := &Service{cfg: cfg, me: hex.EncodeToString(id[:]), dirty: make(map[string]time.Time),
+	s := &Service{cfg: cfg, me: hex.EncodeToString(id[:]), dirty: make(map[string]dirtyMark),
 		cache: make(map[string]cachedState), stop: make(chan struct{})}
 	for _, p := range cfg.Peers {
 		s.peers = append(s.peers, p.Name)
@@ -209,13 +216,19 @@ func or[T comparable](v, def T) T {
 func (s *Service) Region() string { return s.cfg.Region }
 
 // Mark records that counter key changed in this region: it is shipped at
-// the next rounds. It costs a map insert; the cache hears of it once per
+// the next round. With settle (a buffered delta, which reaches the cache
+// up to a flush interval later) it is pushed again until Settle has
+// passed. It costs a map insert; the cache hears of it every half
 // Interval, for all counters marked meanwhile.
-func (s *Service) Mark(key string) {
-	now := s.cfg.Clock.Now()
+func (s *Service) Mark(key string, settle bool) {
 	s.mu.Lock()
-	if _, ok := s.dirty[key]; !ok {
-		s.dirty[strings.Clone(key)] = now // key may be on the caller's stack
+	m, ok := s.dirty[key]
+	switch {
+	case !ok:
+		s.dirty[strings.Clone(key)] = dirtyMark{at: s.cfg.Clock.Now(), settle: settle} // key may be on the caller's stack
+	case settle && !m.settle:
+		m.settle = true
+		s.dirty[key] = m
 	}
 	s.mu.Unlock()
 }
@@ -284,7 +297,7 @@ func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 	defer cancel()
 	err := epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, []string{strconv.FormatUint(odd+1, 10)}).Error()
 	s.drop(key)
-	s.Mark(key)
+	s.Mark(key, false)
 	if err != nil {
 		return fmt.Errorf("regions: clear %q: %w", key, err)
 	}

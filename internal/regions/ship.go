@@ -60,7 +60,7 @@ func (s *Service) push(ctx context.Context, final bool) error {
 	}
 	s.mu.Lock()
 	for _, k := range keys {
-		if t, ok := s.dirty[k]; ok && (final || now.Sub(t) >= s.cfg.Settle) {
+		if m, ok := s.dirty[k]; ok && (final || !m.settle || now.Sub(m.at) >= s.cfg.Settle) {
 			delete(s.dirty, k)
 		}
 	}

@@ -1,0 +1,242 @@
+package hotcount_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
+)
+
+// TestRegionsMeasure measures regions on this machine (two regions on
+// loopback, 50 ms each way between them, default ship interval 1 s):
+// what a viral key costs the peer, what regions add to the local cost of
+// a long tail of cold counters, and the visibility lag. It runs for about
+// a minute and a half, so only with HOTCOUNT_REGIONS_MEASURE=1; its
+// figures go to docs/benchmarks-log.md.
+func TestRegionsMeasure(t *testing.T) {
+	if os.Getenv("HOTCOUNT_REGIONS_MEASURE") == "" {
+		t.Skip("set HOTCOUNT_REGIONS_MEASURE=1 to measure regions (about 90 s)")
+	}
+	w := newWorld(t, "eu", "us")
+	def := func(cfg *hotcount.Config) {
+		cfg.ShipInterval = 0 // the default
+		cfg.Timeout = 0
+		cfg.Defaults = hotcount.Namespace{}
+		cfg.Namespaces = []hotcount.Namespace{{Prefix: "v:", Buffered: true}} // default flush interval
+	}
+	eu, us := w.client(t, "eu", def), w.client(t, "us", def)
+	t.Run("viral key", func(t *testing.T) { measureViral(t, w, eu, us) })
+	t.Run("long tail", func(t *testing.T) { measureLongTail(t, w, eu) })
+	t.Run("lag", func(t *testing.T) { measureLag(t, eu, us) })
+}
+
+// calls sums the commands a cluster's primaries ran.
+func calls(t *testing.T, cl *testenv.Cluster) (total int64, byCmd map[string]int64) {
+	byCmd = map[string]int64{}
+	ps, err := cl.Primaries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		st, err := testenv.CommandStats(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range st {
+			byCmd[k] += v
+			total += v
+		}
+	}
+	return total, byCmd
+}
+
+// cacheCPU sums used_cpu_sys and used_cpu_user of a cluster's primaries.
+func cacheCPU(t *testing.T, cl *testenv.Cluster) float64 {
+	ps, err := cl.Primaries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, p := range ps {
+		s, err := testenv.Do(context.Background(), p, "INFO", "cpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					sum += x
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// measureViral: one key at about 40,000 increments/s in eu for 10 s;
+// what reaches us.
+func measureViral(t *testing.T, w *world, eu, us *hotcount.Client) {
+	ctx := context.Background()
+	key := "v:viral"
+	before := eu.Stats().Regions[0]
+	usBefore, _ := calls(t, w.clusters["us"])
+	const rate, dur, workers = 40000, 10 * time.Second, 4
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			sent := 0
+			for now := range tick.C {
+				el := now.Sub(start)
+				if el > dur {
+					return
+				}
+				want := int(el.Seconds() * rate / workers)
+				for ; sent < want; sent++ {
+					if err := eu.Incr(ctx, key, 1); err != nil {
+						t.Error(err)
+						return
+					}
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err := eu.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, key, done.Load(), map[string]*hotcount.Client{"eu": eu, "us": us})
+	after := eu.Stats().Regions[0]
+	usAfter, _ := calls(t, w.clusters["us"])
+	recs := after.Shipped - before.Shipped
+	t.Logf("viral key: %d increments in %.1f s (%.0f/s) in eu; %d records shipped to us (%.2f/s, %d B), us ran %d commands in all (%.1f/s, the shipper's rounds and probes included); both read %d",
+		done.Load(), el.Seconds(), float64(done.Load())/el.Seconds(), recs, float64(recs)/el.Seconds(), after.Bytes-before.Bytes,
+		usAfter-usBefore, float64(usAfter-usBefore)/el.Seconds(), done.Load())
+	if float64(recs)/el.Seconds() > 5 {
+		t.Errorf("the viral key cost us %.1f records/s, want a few", float64(recs)/el.Seconds())
+	}
+}
+
+// measureLongTail: unbuffered increments of random keys among 100,000
+// (cold counters), by 8 workers for 5 s, from a Client without regions
+// and from one in region eu, alternated twice on the same cluster: cache
+// commands and cache CPU per increment, and increments per second.
+func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
+	ctx := context.Background()
+	plain, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: w.clusters["eu"].Seeds()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	run := func(name string, c *hotcount.Client) {
+		time.Sleep(2 * time.Second) // let the previous run's shipping end
+		cl := w.clusters["eu"]
+		c0, _ := calls(t, cl)
+		cpu0 := cacheCPU(t, cl)
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < 5*time.Second {
+					if err := c.Incr(ctx, "tail:"+strconv.Itoa(rand.IntN(100000)), 1); err != nil {
+						t.Error(err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		el := time.Since(start)
+		time.Sleep(2 * time.Second) // the shipping of the run's counters is part of its cost
+		c1, by := calls(t, cl)
+		cpu1 := cacheCPU(t, cl)
+		_ = by
+		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands and %.1f µs of cache CPU per increment (commands and CPU until 2 s after the run)",
+			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()))
+	}
+	for range 2 {
+		run("without regions", plain)
+		run("region eu", eu)
+	}
+}
+
+// measureLag: while eu runs the long-tail load, an increment is made in
+// eu every 100 ms, and us reads the counter uncached until it sees it;
+// the lag is from the increment's acknowledgement to that read.
+func measureLag(t *testing.T, eu, us *hotcount.Client) {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = eu.Incr(ctx, "tail:"+strconv.Itoa(rand.IntN(100000)), 1)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for _, prefix := range []string{"lag:", "v:lag:"} {
+		var lags []time.Duration
+		var mu sync.Mutex
+		var pw sync.WaitGroup
+		for i := range 60 {
+			key := fmt.Sprintf("%s%d", prefix, i)
+			if err := eu.Incr(ctx, key, 1); err != nil {
+				t.Fatal(err)
+			}
+			acked := time.Now()
+			pw.Add(1)
+			go func() {
+				defer pw.Done()
+				for time.Since(acked) < 30*time.Second {
+					if r, err := us.GetFresh(ctx, key); err == nil && r.Value == 1 {
+						mu.Lock()
+						lags = append(lags, time.Since(acked))
+						mu.Unlock()
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				t.Errorf("%s not seen in us after 30 s", key)
+			}()
+			time.Sleep(100 * time.Millisecond)
+		}
+		pw.Wait()
+		slices.Sort(lags)
+		if len(lags) == 0 {
+			continue
+		}
+		p := func(q float64) time.Duration { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
+		t.Logf("lag, %s counters (%d samples): p50 %v, p99 %v, max %v", strings.TrimSuffix(prefix, ":"), len(lags),
+			p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	}
+}
