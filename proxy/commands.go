@@ -22,6 +22,7 @@ type cmdInfo struct {
 	movable  bool // keys depend on the arguments (numkeys, STREAMS, ...)
 	blocking bool // may block the connection (BLPOP, XREAD BLOCK, ...)
 	write    bool
+	noMulti  bool // Redis refuses it inside MULTI (SAVE, SHUTDOWN, ...)
 	subs     map[string]*cmdInfo
 }
 
@@ -79,6 +80,8 @@ func parseCommand(m *rueidis.RedisMessage) (*cmdInfo, error) {
 			ci.blocking = true
 		case "write":
 			ci.write = true
+		case "no_multi":
+			ci.noMulti = true
 		}
 	}
 	if len(f) >= 10 {

@@ -212,3 +212,25 @@ func startProxyWith(t *testing.T, hc *hotcount.Client, cfg proxy.Config) *env {
 	})
 	return &env{addr: ln.Addr().String(), srv: srv, client: hc}
 }
+
+// TestMultiRefusalsAsRedis: a command Redis refuses inside MULTI gets
+// Redis's error there and aborts EXEC; one of hotcount's own keys is
+// refused inside MULTI as outside.
+func TestMultiRefusalsAsRedis(t *testing.T) {
+	e := startProxy(t, nil, proxy.Config{})
+	r := dialRaw(t, e.addr)
+	for _, step := range [][2]string{
+		{"MULTI", "+OK\r\n"},
+		{"SAVE", "-ERR Command not allowed inside a transaction\r\n"},
+		{"EXEC", "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+	} {
+		if got := r.do(step[0]); got != step[1] {
+			t.Fatalf("%s: %q, want %q", step[0], got, step[1])
+		}
+	}
+	r.do("MULTI")
+	if got := r.do("DEL", "hotcount:sentinel:{x}"); !strings.Contains(got, "part of hotcount's own state") {
+		t.Fatalf("DEL of a sentinel inside MULTI: %q", got)
+	}
+	r.do("DISCARD")
+}

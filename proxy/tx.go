@@ -103,6 +103,9 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	case !ci.arityOK(len(args)):
 		fail(wrongArity(ci.name))
 		return
+	case ci.noMulti:
+		fail("ERR Command not allowed inside a transaction")
+		return
 	case local[name] != nil && name != "ping" && name != "echo" && name != "unwatch":
 		fail("ERR " + strings.ToUpper(name) + " inside MULTI is not supported by the hotcount proxy")
 		return
@@ -116,6 +119,10 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 		}
 	}
 	for _, k := range keys {
+		if c.s.ownKey(strs[k]) {
+			fail(ownKeyErr(strs[k]))
+			return
+		}
 		if _, isCounter := c.s.counters.Namespace(strs[k]); isCounter {
 			fail(notForCounters(name+" inside MULTI", strs[k]))
 			return
