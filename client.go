@@ -71,7 +71,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.st, err = redis.New(ctx, redis.Config{Addrs: s.Redis.Addrs, Username: s.Redis.Username,
 			Password: s.Redis.Password, TLS: s.Redis.TLS, Timeout: s.Timeout})
 	default:
-		c.st, err = mem.New(mem.Config{Nodes: s.Embedded.Nodes, Clock: s.Clock})
+		c.st, err = mem.Open(mem.Config{Nodes: s.Embedded.Nodes, Clock: s.Clock, AOF: s.Embedded.AOF, AOFSync: s.Embedded.AOFSync})
 	}
 	if err != nil {
 		return fail(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/meta"
 	"github.com/hotcount/hotcount/store"
+	"github.com/hotcount/hotcount/store/mem"
 )
 
 // Defaults used when a Config field is left at its zero value.
@@ -129,6 +130,17 @@ type EmbeddedConfig struct {
 	// Nodes is the number of simulated nodes; 0 means
 	// DefaultEmbeddedNodes.
 	Nodes int
+	// AOF is the path of the embedded store's append-only file: replayed
+	// when the Client starts, and every change appended and fsynced before
+	// it is acknowledged, so that a killed process loses nothing it
+	// acknowledged (see store/mem). Empty means none: the embedded store
+	// lives in the process's memory only. `hotcount serve` keeps it in its
+	// data folder (cache.aof), so the file has no setting of its own.
+	AOF string `config:"code"`
+	// AOFSync is when the file is fsynced: "everysec" ("" means it: a
+	// machine crash loses at most about the last second, a killed process
+	// nothing) or "always" (before every acknowledgement).
+	AOFSync string `config:"code"`
 }
 
 // ReadConfig configures the summed-read cache.
@@ -262,6 +274,8 @@ func (c Config) resolve() (settings, error) {
 	switch {
 	case c.Embedded.Nodes < 0 || c.Embedded.Nodes > 1024:
 		return bad("Embedded.Nodes must be 0..1024, got %d", c.Embedded.Nodes)
+	case c.Embedded.AOFSync != "" && c.Embedded.AOFSync != mem.SyncEverySec && c.Embedded.AOFSync != mem.SyncAlways:
+		return bad("Embedded.AOFSync must be %q or %q, got %q", mem.SyncEverySec, mem.SyncAlways, c.Embedded.AOFSync)
 	case c.Buffer.MaxKeys < 0 || c.Buffer.MaxPendingKeys < 0 || c.Buffer.HotAt < 0:
 		return bad("Buffer.MaxKeys, Buffer.MaxPendingKeys and Buffer.HotAt must not be negative")
 	case c.AutoN.Budget < 0 || c.AutoN.MaxN < 0 || c.AutoN.MaxN > keyspace.MaxN:

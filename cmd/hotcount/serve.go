@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,11 +64,19 @@ func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 		hc.Redis.Addrs = append([]string(nil), cfg.Redis...)
 	}
 	applyLibrary(&cfg, &hc)
+	if len(hc.Redis.Addrs) == 0 && hc.Store == nil && cfg.Data != "" {
+		// The embedded store keeps what it acknowledged in the data
+		// folder, which serve holds alone (see openDurable).
+		hc.Embedded.AOF = filepath.Join(cfg.Data, embeddedAOF)
+	}
 	if a := cfg.AutoN; cfg.autoNOn() {
 		hc.AutoN = hotcount.AutoNConfig{Enabled: true, Budget: a.Budget, MaxN: a.MaxN, Hysteresis: a.Hysteresis}
 	}
 	return hc
 }
+
+// embeddedAOF is the embedded store's append-only file in the data folder.
+const embeddedAOF = "cache.aof"
 
 // openDurable opens the durable store: PostgreSQL when a URL is given,
 // else the SQLite file in the data folder (created if missing). A data
@@ -76,16 +85,28 @@ func clientConfig(cfg serveConfig, db durable.Backend) hotcount.Config {
 // only; shared when the store stands behind a Redis Cluster, where many
 // processes may share it. release closes the store and drops the lock.
 func openDurable(ctx context.Context, cfg serveConfig) (db durable.Backend, release func() error, err error) {
+	take := dirlock.Shared
+	if len(cfg.Redis) == 0 {
+		take = dirlock.Exclusive // the embedded store's file lives there too
+	}
 	if cfg.Postgres != "" {
-		db, err = postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
+		if len(cfg.Redis) > 0 || cfg.Data == "" {
+			db, err = postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
+			if err != nil {
+				return nil, nil, err
+			}
+			return db, db.Close, nil
+		}
+		lock, err := take(cfg.Data)
 		if err != nil {
 			return nil, nil, err
 		}
-		return db, db.Close, nil
-	}
-	take := dirlock.Shared
-	if len(cfg.Redis) == 0 {
-		take = dirlock.Exclusive
+		db, err = postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
+		if err != nil {
+			lock.Release()
+			return nil, nil, err
+		}
+		return db, func() error { return errors.Join(db.Close(), lock.Release()) }, nil
 	}
 	lock, err := take(cfg.Data)
 	if err != nil {

@@ -48,16 +48,21 @@ func (s *Store) IncrByExpire(ctx context.Context, key string, delta int64, at ti
 	nd := s.nodes[s.topo.Owner[keyspace.Slot(key)]]
 	nd.rounds.Add(1)
 	nd.mu.Lock()
-	defer nd.mu.Unlock()
 	nd.cmds["incrby"]++
 	v, err := add(nd.value(key, s.now()), delta)
 	if err != nil {
+		nd.mu.Unlock()
 		return 0, err
 	}
 	nd.ints[key] = v
 	if !at.IsZero() {
 		nd.cmds["pexpireat"]++
 		nd.expireNX(key, at)
+	}
+	seq := nd.logKey(key)
+	nd.mu.Unlock()
+	if err := s.durable(seq); err != nil {
+		return 0, err
 	}
 	return v, nil
 }
@@ -71,6 +76,7 @@ func (s *Store) ExpireAt(ctx context.Context, keys []string, at time.Time) ([]bo
 	}
 	out := make([]bool, len(keys))
 	now := s.now()
+	var seq uint64
 	for n, idx := range s.groups(keys) {
 		nd := s.nodes[n]
 		nd.rounds.Add(1)
@@ -90,8 +96,12 @@ func (s *Store) ExpireAt(ctx context.Context, keys []string, at time.Time) ([]bo
 				nd.exp[k] = at
 				nd.live(k, now)
 			}
+			seq = max(seq, nd.logKey(k))
 		}
 		nd.mu.Unlock()
+	}
+	if err := s.durable(seq); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -126,5 +136,7 @@ func (s *Store) ExpireNow(key string) {
 	nd.mu.Lock()
 	delete(nd.ints, key)
 	delete(nd.exp, key)
+	seq := nd.logKey(key)
 	nd.mu.Unlock()
+	_ = s.durable(seq)
 }

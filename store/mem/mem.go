@@ -32,6 +32,14 @@ type Config struct {
 	Nodes int
 	// Clock is used for token expiry; nil means the system clock.
 	Clock clock.Clock
+	// AOF is the path of an append-only file (see aof.go): the store
+	// replays it at Open and appends every change to it, fsynced before
+	// the change is acknowledged. Empty means none: the store lives in
+	// memory only. New refuses it; use Open.
+	AOF string
+	// AOFSync is when the append-only file is fsynced: SyncEverySec (""
+	// means it) or SyncAlways.
+	AOFSync string
 }
 
 // ErrConfig reports an invalid Config.
@@ -44,6 +52,7 @@ type Store struct {
 	now    func() time.Time
 	closed atomic.Bool
 	meta   metaTable // counter metadata records (meta.go)
+	j      *journal  // the append-only file; nil without one
 }
 
 type node struct {
@@ -54,12 +63,38 @@ type node struct {
 	seqs   map[string]seqEntry  // sequence hash + "\x00" + writer -> last applied
 	rounds atomic.Int64
 	cmds   map[string]int64 // guarded by mu
+	j      *journal         // the Store's, or nil
 }
 
 var _ store.Store = (*Store)(nil)
 
+// Open returns the embedded store with the state its append-only file
+// cfg.AOF holds (empty when the file does not exist yet), appending every
+// change to it from then on. Without cfg.AOF it is New.
+func Open(cfg Config) (*Store, error) {
+	path := cfg.AOF
+	cfg.AOF = ""
+	s, err := New(cfg)
+	if err != nil || path == "" {
+		return s, err
+	}
+	if err := s.openJournal(path, cfg.AOFSync); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// nodeOf returns the node that owns key's slot.
+func (s *Store) nodeOf(key string) *node { return s.nodes[s.topo.Owner[keyspace.Slot(key)]] }
+
 // New returns an empty embedded store.
 func New(cfg Config) (*Store, error) {
+	if cfg.AOF != "" {
+		return nil, fmt.Errorf("%w: AOF needs Open", ErrConfig)
+	}
+	if cfg.AOFSync != "" && cfg.AOFSync != SyncEverySec && cfg.AOFSync != SyncAlways {
+		return nil, fmt.Errorf("%w: AOFSync must be %q or %q, got %q", ErrConfig, SyncEverySec, SyncAlways, cfg.AOFSync)
+	}
 	if cfg.Nodes < 0 || cfg.Nodes > 1024 {
 		return nil, fmt.Errorf("%w: Nodes must be 0..1024, got %d", ErrConfig, cfg.Nodes)
 	}
@@ -102,6 +137,7 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 	}
 	out := make([]store.IncrResult, len(ops))
 	now := s.now()
+	var seq uint64
 	for n, idx := range s.groups(keys) {
 		nd := s.nodes[n]
 		nd.rounds.Add(1)
@@ -147,17 +183,23 @@ func (s *Store) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.Incr
 				}
 				if seqField != "" {
 					nd.seqs[seqField] = seqEntry{last: op.Seq, exp: now.Add(ttl)}
+					seq = max(seq, nd.logSeq(seqField))
 				} else {
 					nd.tokens[op.TokenKey] = now.Add(ttl)
+					seq = max(seq, nd.logToken(op.TokenKey))
 				}
 			}
 			if !op.ExpireAt.IsZero() {
 				nd.expireNX(op.Key, op.ExpireAt)
 			}
+			seq = max(seq, nd.logKey(op.Key))
 			out[i] = store.IncrResult{Applied: true, Value: v}
 		}
 		nd.expireTokens(now)
 		nd.mu.Unlock()
+	}
+	if err := s.durable(seq); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -219,6 +261,7 @@ func (s *Store) Del(ctx context.Context, keys []string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
+	var seq uint64
 	for n, idx := range s.groups(keys) {
 		nd := s.nodes[n]
 		nd.rounds.Add(1)
@@ -227,10 +270,11 @@ func (s *Store) Del(ctx context.Context, keys []string) error {
 			nd.cmds["del"]++
 			delete(nd.ints, keys[i])
 			delete(nd.exp, keys[i])
+			seq = max(seq, nd.logKey(keys[i]))
 		}
 		nd.mu.Unlock()
 	}
-	return nil
+	return s.durable(seq)
 }
 
 // Topology returns the fixed slot map of the simulated nodes.
@@ -242,9 +286,12 @@ func (s *Store) Topology(ctx context.Context) (*store.Topology, error) {
 }
 
 // Close marks the store closed; later calls fail with store.ErrClosed.
+// The append-only file, if any, is synced and closed.
 func (s *Store) Close() error {
-	s.closed.Store(true)
-	return nil
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.closeJournal()
 }
 
 func (s *Store) check(ctx context.Context) error {

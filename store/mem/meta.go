@@ -107,22 +107,32 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 	}
 	t := s.metaTable()
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	ok, seq := s.casMeta(t, key, epoch, data)
+	t.mu.Unlock()
+	if err := s.durable(seq); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// casMeta is CASMeta under t.mu; it returns the journal record's sequence
+// number.
+func (s *Store) casMeta(t *metaTable, key string, epoch uint64, data []byte) (bool, uint64) {
 	var cur uint64
 	if old, ok := t.get(key, s.now()); ok {
 		e, ok := recordEpoch(old)
 		if !ok {
-			return false, nil
+			return false, 0
 		}
 		cur = e
 	}
 	if cur != epoch {
-		return false, nil
+		return false, 0
 	}
 	delete(t.exp, key)
 	if data == nil {
 		delete(t.recs, key)
-		return true, nil
+		return true, s.logMeta(t, key)
 	}
 	t.recs[key] = bytes.Clone(data)
 	if m := deadlineRe.FindSubmatch(data); m != nil {
@@ -130,7 +140,15 @@ func (s *Store) CASMeta(ctx context.Context, key string, epoch uint64, data []by
 			t.exp[key] = time.UnixMilli(ms).Add(2 * store.DeadlineGrace)
 		}
 	}
-	return true, nil
+	return true, s.logMeta(t, key)
+}
+
+// logMeta journals key's record; caller holds t.mu.
+func (s *Store) logMeta(t *metaTable, key string) uint64 {
+	if s.j == nil {
+		return 0
+	}
+	return s.j.add(metaRec(key, t.recs[key], t.exp[key]))
 }
 
 // recordEpoch reads the leading `{"epoch":N` of a record.
@@ -159,9 +177,9 @@ func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, 
 	nd := s.nodes[s.topo.Owner[keyspace.Slot(sub)]]
 	nd.rounds.Add(1)
 	nd.mu.Lock()
-	defer nd.mu.Unlock()
 	nd.cmds["evalsha"]++
 	if v, ok := nd.ints[marker]; ok {
+		nd.mu.Unlock()
 		return v, nil
 	}
 	v := nd.value(sub, s.now())
@@ -169,6 +187,11 @@ func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, 
 		nd.ints[sub] = 0
 	}
 	nd.ints[marker] = v
+	seq := max(nd.logKey(sub), nd.logKey(marker))
+	nd.mu.Unlock()
+	if err := s.durable(seq); err != nil {
+		return 0, err
+	}
 	return v, nil
 }
 
@@ -183,16 +206,22 @@ func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int
 	nd := s.nodes[s.topo.Owner[keyspace.Slot(sub)]]
 	nd.rounds.Add(1)
 	nd.mu.Lock()
-	defer nd.mu.Unlock()
 	nd.cmds["evalsha"]++
 	if _, ok := nd.ints[marker]; ok {
+		nd.mu.Unlock()
 		return false, nil
 	}
 	v, err := add(nd.value(sub, s.now()), delta)
 	if err != nil {
+		nd.mu.Unlock()
 		return false, fmt.Errorf("fold into %q: %w", sub, err)
 	}
 	nd.ints[sub] = v
 	nd.ints[marker] = delta
+	seq := max(nd.logKey(sub), nd.logKey(marker))
+	nd.mu.Unlock()
+	if err := s.durable(seq); err != nil {
+		return false, err
+	}
 	return true, nil
 }
