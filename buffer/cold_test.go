@@ -3,6 +3,7 @@ package buffer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -200,5 +201,43 @@ func TestDirect(t *testing.T) {
 	}
 	if sink.callCount() != 0 || b.Pending("cold") != 0 {
 		t.Fatalf("Direct sent or held something: %d calls, pending %d", sink.callCount(), b.Pending("cold"))
+	}
+}
+
+// TestCloseLetsFlushFinish: Close during a timed flush lets that flush
+// finish instead of cancelling it, so the cold ops it carries are not
+// dropped as unanswered.
+func TestCloseLetsFlushFinish(t *testing.T) {
+	sink := newFakeSink()
+	sink.gate = make(chan struct{})
+	sink.entered = make(chan struct{}, 1)
+	sink.cancelNoReply = true
+	b, clk := newTestBuffer(t, sink, func(c *Config) { c.HotAt = 8 })
+	for i := range 100 {
+		mustAdd(t, b, fmt.Sprint("k", i), 1)
+	}
+	clk.Advance(time.Hour) // the flusher's timed flush
+	<-sink.entered         // and it is sending
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(context.Background()) }()
+	for !b.closed.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // Close is waiting for the flusher (or has cancelled it)
+	var err error
+	select {
+	case sink.gate <- struct{}{}:
+		err = <-closed
+	case err = <-closed: // the flush was cancelled, not let through
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for i := range 100 {
+		sum += sink.total(fmt.Sprint("k", i))
+	}
+	if s := b.Stats(); sum != 100 || s.ColdDropped != 0 {
+		t.Fatalf("total %d, want 100; stats %+v", sum, s)
 	}
 }

@@ -39,10 +39,14 @@ type fakeSink struct {
 	reject   map[string]bool // sub-keys that answer rejectAs
 	rejectAs error           // store.ErrNotInteger unless set
 	gate     chan struct{}   // when set, each call waits for a receive
-	entered  chan struct{}   // when set, receives before each call waits on gate
-	onCall   func(n int)     // called (without the lock) after call n
-	notify   chan int        // receives the call number after each call
-	deadline bool            // every call had a deadline
+	// cancelNoReply: a call whose context ends while it waits at the gate
+	// answers ErrNoReply for every op, applying none (as a command that
+	// was queued on a connection when its caller gave up)
+	cancelNoReply bool
+	entered       chan struct{} // when set, receives before each call waits on gate
+	onCall        func(n int)   // called (without the lock) after call n
+	notify        chan int      // receives the call number after each call
+	deadline      bool          // every call had a deadline
 }
 
 func newFakeSink() *fakeSink {
@@ -69,6 +73,13 @@ func (f *fakeSink) IncrMulti(ctx context.Context, ops []store.IncrOp) ([]store.I
 		select {
 		case <-f.gate:
 		case <-ctx.Done():
+			if f.cancelNoReply {
+				res := make([]store.IncrResult, len(ops))
+				for i := range res {
+					res[i].Err = fmt.Errorf("%w: %w", errFakeNoReply, ctx.Err())
+				}
+				return res, nil
+			}
 			return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
 		}
 	}

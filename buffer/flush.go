@@ -63,7 +63,8 @@ func (b *Buffer) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the flusher, takes every accumulated delta and retries the
+// Close stops the flusher (letting a flush under way finish), takes every
+// accumulated delta and retries the
 // pending ops, with a short backoff (50 ms up to 1 s), until all are
 // acknowledged or ctx ends. In
 // that case it returns an error wrapping ErrUnflushed that says how much is
@@ -73,12 +74,14 @@ func (b *Buffer) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		close(b.stop)
-		b.cancelLoop()
 		b.cut(true) // from here on every Add fails with ErrClosed
 	})
 	select {
 	case <-b.done:
 	case <-ctx.Done():
+		// The flush under way is cut short only now: a cold op it had
+		// sent may then be dropped, as after any lost reply.
+		b.cancelLoop()
 		return b.unflushed(ctx.Err())
 	}
 	for failures := 0; ; failures++ {

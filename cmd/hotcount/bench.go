@@ -17,6 +17,9 @@ import (
 // runBench drives one hot counter from many client instances: hotcount
 // bench --key K --mode M | --compare M,M,... [flags]. See package bench.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "longtail" {
+		return runBenchLongTail(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("bench", stdout, stderr)
 	var c bench.Config
 	var redis, key, mode, compare, ns, svg, rate string
@@ -188,4 +191,59 @@ func (b *progressBar) clear() {
 	if b != nil && b.drawn {
 		fmt.Fprint(b.w, "\r\033[K")
 	}
+}
+
+// runBenchLongTail is hotcount bench longtail: a namespace of many mostly
+// cold counters and one viral key, through hotcount and sent directly,
+// side by side. See bench.RunLongTail.
+func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("bench longtail", stdout, stderr)
+	var c bench.LongTailConfig
+	var redis, paths, workloads string
+	var asJSON bool
+	fs.StringVar(&redis, "redis", "", "Redis Cluster seed addresses, comma-separated (required)")
+	fs.IntVar(&c.Keys, "keys", bench.DefaultTailKeys, "tail counters (uniform random keys)")
+	fs.IntVar(&c.TailClients, "clients", bench.DefaultTailClients, "callers of the tail (half of them in the mixed workload)")
+	fs.IntVar(&c.ViralClients, "viral-clients", bench.DefaultViralClients, "callers of the viral key in the mixed workload")
+	fs.IntVar(&c.Requests, "requests", bench.DefaultTailRequests, "INCRs per redis-benchmark run (tail, and viral key)")
+	fs.DurationVar(&c.LibDuration, "duration", bench.DefaultLibDuration, "how long each library case runs")
+	fs.DurationVar(&c.Flush, "flush", 0, "flush interval of the buffered namespace (0: the default)")
+	fs.StringVar(&paths, "paths", "proxy,library", "proxy, library or both")
+	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed or both")
+	fs.StringVar(&c.Benchmark, "redis-benchmark", "redis-benchmark", "the redis-benchmark program")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	if code, done := fs.parse(args); done {
+		return code
+	}
+	c.Redis = splitAddrs(redis)
+	c.Paths, c.Workloads = splitList(paths), splitList(workloads)
+	c.Log = stderr
+	rep, err := bench.RunLongTail(ctx, c)
+	if errors.Is(err, bench.ErrConfig) {
+		return usagef(stderr, "%v", err)
+	}
+	if rep != nil && len(rep.Cases) > 0 {
+		if asJSON {
+			if code := printJSON(stdout, stderr, rep); code != exitOK {
+				return code
+			}
+		} else if werr := rep.WriteText(stdout); werr != nil {
+			return failf(stderr, "bench longtail: %v", werr)
+		}
+	}
+	if err != nil {
+		return failf(stderr, "bench longtail: %v", err)
+	}
+	return exitOK
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

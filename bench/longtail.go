@@ -1,0 +1,660 @@
+package bench
+
+// The long-tail benchmark (hotcount bench longtail): what a namespace of
+// many mostly cold counters costs the cache, written through hotcount
+// against the same load sent straight to the cluster, side by side in one
+// run.
+//
+// Two workloads: the long tail (Keys counters, uniform, TailClients
+// callers) and the mixed one (that tail with half the callers, plus one
+// viral key with ViralClients callers). Each runs on two paths pairs:
+//
+//   - "direct" against "proxy": redis-benchmark INCRs, sent to the
+//     cluster (--cluster; the viral key to its node) or to a hotcount
+//     proxy run in this process, in front of the same cluster, with the
+//     counters in one buffered namespace;
+//   - "library direct" against "library": the bench's own callers, one
+//     plain INCR per increment on a rueidis cluster client, or
+//     Client.Incr of a buffered namespace, at the rate the direct callers
+//     reached (the same load, not as fast as a buffer accepts).
+//
+// Each case starts from keys of its own prefix and measures, over all
+// primaries: the CPU time the server processes used (INFO cpu), memory
+// and keys added (used_memory, DBSIZE, read after the hotcount side has
+// been closed, so every buffered delta is written), the keys by kind
+// (counter keys, idempotency keys: {K#L}:seq and :tok:, metadata
+// records), and the commands received (INFO commandstats). Its keys are
+// deleted afterwards.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/proxy"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Defaults of LongTailConfig.
+const (
+	DefaultTailKeys     = 200_000
+	DefaultTailClients  = 40
+	DefaultViralClients = 40
+	DefaultTailRequests = 400_000
+	DefaultLibDuration  = 10 * time.Second
+)
+
+// LongTailConfig configures RunLongTail. Zero values mean the defaults.
+type LongTailConfig struct {
+	// Redis are the cluster's seed addresses (required).
+	Redis []string
+	// Keys is the number of tail counters.
+	Keys int
+	// TailClients and ViralClients are the callers of the tail and of
+	// the viral key; in the mixed workload the tail gets half of
+	// TailClients.
+	TailClients, ViralClients int
+	// Requests is how many INCRs each redis-benchmark sends (tail and
+	// viral alike).
+	Requests int
+	// LibDuration is how long each library case runs.
+	LibDuration time.Duration
+	// Flush is the flush interval of the buffered namespace (0: the
+	// Client's default).
+	Flush time.Duration
+	// Benchmark is the redis-benchmark program ("redis-benchmark").
+	Benchmark string
+	// Paths selects "proxy", "library" or both (nil: both).
+	Paths []string
+	// Workloads selects "tail", "mixed" or both (nil: both).
+	Workloads []string
+	// Log, when set, is told what runs.
+	Log io.Writer
+}
+
+// LongTailCase is what one workload cost the cache on one path.
+type LongTailCase struct {
+	Workload string `json:"workload"`
+	Path     string `json:"path"`
+	// Increments is the increments sent; Seconds how long the load ran.
+	Increments int64   `json:"increments"`
+	Seconds    float64 `json:"seconds"`
+	// CPUSeconds is the CPU time of every primary's server process.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// CPUPerIncrUS is CPUSeconds per increment, in µs.
+	CPUPerIncrUS float64 `json:"cpu_per_incr_us"`
+	// BytesAdded and KeysAdded are used_memory and DBSIZE grown, summed
+	// over the primaries.
+	BytesAdded int64 `json:"bytes_added"`
+	KeysAdded  int64 `json:"keys_added"`
+	// CounterKeys, IdempotencyKeys and MetaKeys are the case's keys by
+	// kind.
+	CounterKeys     int64 `json:"counter_keys"`
+	IdempotencyKeys int64 `json:"idempotency_keys"`
+	MetaKeys        int64 `json:"meta_keys"`
+	// Counters is the number of counters written (distinct keys).
+	Counters int64 `json:"counters"`
+	// BytesPerCounter is BytesAdded / Counters.
+	BytesPerCounter float64 `json:"bytes_per_counter"`
+	// Commands are the calls received, by command.
+	Commands map[string]int64 `json:"commands"`
+	// WritesPerIncr is (INCR + INCRBY + EVALSHA + EVAL calls) per
+	// increment.
+	WritesPerIncr float64 `json:"writes_per_incr"`
+	// ViralWritesPerIncr is, in the mixed workload through hotcount, the
+	// viral key's cache writes per increment (0 elsewhere).
+	ViralWritesPerIncr float64 `json:"viral_writes_per_incr,omitempty"`
+}
+
+// LongTailRatio sets a hotcount path against its direct twin.
+type LongTailRatio struct {
+	Workload string `json:"workload"`
+	Path     string `json:"path"`
+	// CPU and Memory are the ratios of CPU per increment and of bytes
+	// per counter; IdempotencyShare is idempotency keys per counter key.
+	CPU              float64 `json:"cpu"`
+	Memory           float64 `json:"memory"`
+	IdempotencyShare float64 `json:"idempotency_share"`
+}
+
+// LongTailReport is the outcome of RunLongTail.
+type LongTailReport struct {
+	Primaries []string        `json:"primaries"`
+	Cases     []LongTailCase  `json:"cases"`
+	Ratios    []LongTailRatio `json:"ratios"`
+}
+
+func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
+	if len(c.Redis) == 0 {
+		return c, fmt.Errorf("%w: longtail needs --redis (a cluster)", ErrConfig)
+	}
+	if c.Keys < 0 || c.TailClients < 0 || c.ViralClients < 0 || c.Requests < 0 || c.LibDuration < 0 || c.Flush < 0 {
+		return c, fmt.Errorf("%w: longtail settings must not be negative", ErrConfig)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Keys, DefaultTailKeys)
+	def(&c.TailClients, DefaultTailClients)
+	def(&c.ViralClients, DefaultViralClients)
+	def(&c.Requests, DefaultTailRequests)
+	if c.LibDuration == 0 {
+		c.LibDuration = DefaultLibDuration
+	}
+	if c.Benchmark == "" {
+		c.Benchmark = "redis-benchmark"
+	}
+	if c.Paths == nil {
+		c.Paths = []string{"proxy", "library"}
+	}
+	if c.Workloads == nil {
+		c.Workloads = []string{"tail", "mixed"}
+	}
+	for _, p := range c.Paths {
+		if p != "proxy" && p != "library" {
+			return c, fmt.Errorf("%w: longtail path %q (want proxy or library)", ErrConfig, p)
+		}
+	}
+	for _, w := range c.Workloads {
+		if w != "tail" && w != "mixed" {
+			return c, fmt.Errorf("%w: longtail workload %q (want tail or mixed)", ErrConfig, w)
+		}
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return c, nil
+}
+
+// ltRun is one RunLongTail.
+type ltRun struct {
+	cfg   LongTailConfig
+	b     *redisBackend
+	nodes []string
+	topo  *store.Topology
+	run   string // this run's id, in every key prefix
+}
+
+// RunLongTail runs the long-tail benchmark.
+func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(cfg.Benchmark); err != nil && slices.Contains(cfg.Paths, "proxy") {
+		return nil, fmt.Errorf("%w: %s not found (the proxy path drives it): %w", ErrConfig, cfg.Benchmark, err)
+	}
+	be, err := openBackend(ctx, cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	defer be.close()
+	rb := be.(*redisBackend)
+	probe, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cfg.Redis}})
+	if err != nil {
+		return nil, err
+	}
+	topo, err := probe.Store().Topology(ctx)
+	_ = probe.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &ltRun{cfg: cfg, b: rb, nodes: append([]string(nil), topo.Nodes...), topo: topo, run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+	rep := &LongTailReport{Primaries: r.nodes}
+	for _, w := range cfg.Workloads {
+		for _, p := range cfg.Paths {
+			var pair [2]LongTailCase
+			if p == "proxy" {
+				d, err := r.measure(ctx, w, "direct", r.benchDirect)
+				if err != nil {
+					return rep, err
+				}
+				h, err := r.measure(ctx, w, "proxy", r.benchProxy)
+				if err != nil {
+					return rep, err
+				}
+				pair = [2]LongTailCase{d, h}
+			} else {
+				var rate [2]float64
+				d, err := r.measure(ctx, w, "library direct", func(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
+					return r.libDirect(ctx, w, pfx, &rate)
+				})
+				if err != nil {
+					return rep, err
+				}
+				h, err := r.measure(ctx, w, "library", func(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
+					return r.library(ctx, w, pfx, rate)
+				})
+				if err != nil {
+					return rep, err
+				}
+				pair = [2]LongTailCase{d, h}
+			}
+			rep.Cases = append(rep.Cases, pair[0], pair[1])
+			rep.Ratios = append(rep.Ratios, LongTailRatio{
+				Workload:         w,
+				Path:             pair[1].Path,
+				CPU:              div(pair[1].CPUPerIncrUS, pair[0].CPUPerIncrUS),
+				Memory:           div(pair[1].BytesPerCounter, pair[0].BytesPerCounter),
+				IdempotencyShare: div(float64(pair[1].IdempotencyKeys), float64(pair[1].CounterKeys)),
+			})
+		}
+	}
+	return rep, nil
+}
+
+// nodeState is what the primaries hold and did, summed or by command.
+type nodeState struct {
+	cpu        float64
+	mem, keys  int64
+	cmds       map[string]int64
+	viralCalls map[string]int64 // commandstats of the viral key's node
+}
+
+func (r *ltRun) state(ctx context.Context, viralNode string) (nodeState, error) {
+	s := nodeState{cmds: map[string]int64{}}
+	for _, n := range r.nodes {
+		cpu, err := r.b.cpuSeconds(ctx, n)
+		if err != nil {
+			return s, err
+		}
+		s.cpu += cpu
+		mem, err := r.b.info(ctx, n, "memory")
+		if err != nil {
+			return s, err
+		}
+		s.mem += infoInt(mem, "used_memory")
+		ks, err := r.b.info(ctx, n, "keyspace")
+		if err != nil {
+			return s, err
+		}
+		s.keys += keyspaceKeys(ks)
+		cs, err := r.b.info(ctx, n, "commandstats")
+		if err != nil {
+			return s, err
+		}
+		all, err := parseCommandStats(cs)
+		if err != nil {
+			return s, err
+		}
+		for k, v := range all {
+			s.cmds[k] += v
+		}
+		if n == viralNode {
+			s.viralCalls = all
+		}
+	}
+	return s, nil
+}
+
+// loadFunc drives workload w on keys under prefix pfx and returns the
+// increments sent (all, and those of the viral key) and how long it ran.
+type loadFunc func(ctx context.Context, w, pfx string) (incrs, viral int64, d time.Duration, err error)
+
+// measure runs one case: state before, the load, state after, the keys
+// by kind, then the keys' removal.
+func (r *ltRun) measure(ctx context.Context, w, path string, load loadFunc) (LongTailCase, error) {
+	pfx := "lt" + r.run + ":" + strings.ReplaceAll(path, " ", "") + ":" + w + ":"
+	c := LongTailCase{Workload: w, Path: path}
+	fmt.Fprintf(r.cfg.Log, "longtail: %s, %s ...\n", w, path)
+	viralNode := r.nodeOf(pfx + "viral")
+	before, err := r.state(ctx, viralNode)
+	if err != nil {
+		return c, err
+	}
+	incrs, viral, d, err := load(ctx, w, pfx)
+	if err != nil {
+		return c, err
+	}
+	after, err := r.state(ctx, viralNode)
+	if err != nil {
+		return c, err
+	}
+	c.Increments, c.Seconds = incrs, d.Seconds()
+	c.CPUSeconds = after.cpu - before.cpu
+	c.CPUPerIncrUS = div(c.CPUSeconds*1e6, float64(incrs))
+	c.BytesAdded, c.KeysAdded = after.mem-before.mem, after.keys-before.keys
+	c.Commands = map[string]int64{}
+	for k, v := range after.cmds {
+		if dv := v - before.cmds[k]; dv > 0 && k != "info" && k != "scan" {
+			c.Commands[k] = dv
+		}
+	}
+	writes := c.Commands["incr"] + c.Commands["incrby"] + c.Commands["evalsha"] + c.Commands["eval"]
+	c.WritesPerIncr = div(float64(writes), float64(incrs))
+	counters, err := r.classify(ctx, pfx, &c)
+	if err != nil {
+		return c, err
+	}
+	c.Counters = counters
+	c.BytesPerCounter = div(float64(c.BytesAdded), float64(counters))
+	if viral > 0 && path != "direct" && path != "library direct" {
+		// The viral key's node also holds a third of the tail: its
+		// scripts are the viral key's flushes (tail keys are cold:
+		// plain INCRBY), an upper bound of its writes.
+		vw := after.viralCalls["evalsha"] + after.viralCalls["eval"] - before.viralCalls["evalsha"] - before.viralCalls["eval"]
+		c.ViralWritesPerIncr = div(float64(vw), float64(viral))
+	}
+	if err := r.drop(ctx, pfx); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// nodeOf returns the primary that owns key's slot.
+func (r *ltRun) nodeOf(key string) string { return r.topo.NodeOf(key) }
+
+// classify counts the keys under pfx by kind and returns the counters
+// written (distinct counter names).
+func (r *ltRun) classify(ctx context.Context, pfx string, c *LongTailCase) (int64, error) {
+	names := map[string]struct{}{}
+	err := r.scan(ctx, pfx, func(node rueidis.Client, keys []string) error {
+		for _, k := range keys {
+			switch {
+			case strings.HasSuffix(k, "}:seq") || strings.Contains(k, "}:tok:"):
+				c.IdempotencyKeys++
+			case strings.HasSuffix(k, "#meta}"):
+				c.MetaKeys++
+			default:
+				c.CounterKeys++
+				name := k
+				if key, _, ok := keyspace.ParseSubKey(k); ok {
+					name = key
+				}
+				names[name] = struct{}{}
+			}
+		}
+		return nil
+	})
+	return int64(len(names)), err
+}
+
+// drop deletes every key under pfx.
+func (r *ltRun) drop(ctx context.Context, pfx string) error {
+	return r.scan(ctx, pfx, func(node rueidis.Client, keys []string) error {
+		cmds := make(rueidis.Commands, 0, len(keys))
+		for _, k := range keys {
+			cmds = append(cmds, node.B().Unlink().Key(k).Build())
+		}
+		for _, res := range node.DoMulti(ctx, cmds...) {
+			if err := res.Error(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scan calls f with batches of the keys under pfx on each primary. The
+// keys are "pfx…" (direct) or "{pfx…" (hotcount's sub-keys and records).
+func (r *ltRun) scan(ctx context.Context, pfx string, f func(node rueidis.Client, keys []string) error) error {
+	nodes := r.b.rc.Nodes()
+	for _, n := range r.nodes {
+		node, ok := nodes[n]
+		if !ok {
+			return fmt.Errorf("bench: no connection to primary %s", n)
+		}
+		for _, match := range []string{pfx + "*", "{" + pfx + "*"} {
+			cursor := uint64(0)
+			for {
+				e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(5000).Build()).AsScanEntry()
+				if err != nil {
+					return fmt.Errorf("bench: SCAN %s: %w", n, err)
+				}
+				if len(e.Elements) > 0 {
+					if err := f(node, e.Elements); err != nil {
+						return err
+					}
+				}
+				if cursor = e.Cursor; cursor == 0 {
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// benchDirect sends the workload straight to the cluster with
+// redis-benchmark.
+func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
+	host, port, err := net.SplitHostPort(r.cfg.Redis[0])
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	tail := []string{"--cluster", "-h", host, "-p", port}
+	viral := r.nodeOf(pfx + "viral")
+	vh, vp, err := net.SplitHostPort(viral)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("bench: the viral key's node %q: %w", viral, err)
+	}
+	// In cluster mode redis-benchmark puts a node's hash tag where
+	// {tag} stands, so the tail spreads over every primary.
+	return r.drive(ctx, w, tail, pfx+"{tag}:", []string{"-h", vh, "-p", vp}, pfx+"viral")
+}
+
+// benchProxy sends the workload through a hotcount proxy in front of
+// the cluster, with the counters in one buffered namespace.
+func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
+	hc, err := hotcount.New(ctx, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis},
+		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	srv, err := proxy.New(ctx, proxy.Config{Counters: hc, Redis: hotcount.RedisConfig{Addrs: r.cfg.Redis}})
+	if err != nil {
+		_ = hc.Close(ctx)
+		return 0, 0, 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = hc.Close(ctx)
+		return 0, 0, 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	at := []string{"-h", host, "-p", port}
+	incrs, viral, d, err := r.drive(ctx, w, at, pfx, at, pfx+"viral")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = errors.Join(err, srv.Shutdown(sctx))
+	<-done
+	err = errors.Join(err, hc.Close(sctx)) // every buffered delta written
+	return incrs, viral, d, err
+}
+
+// drive runs redis-benchmark for workload w: the tail (-r Keys) with
+// tailArgs and keys tailPfx + a random number, and in the mixed workload
+// the viral key beside it, at once.
+func (r *ltRun) drive(ctx context.Context, w string, tailArgs []string, tailPfx string, viralArgs []string, viralKey string) (int64, int64, time.Duration, error) {
+	clients := r.cfg.TailClients
+	if w == "mixed" {
+		clients = max(1, clients/2)
+	}
+	n := strconv.Itoa(r.cfg.Requests)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var tailErr, viralErr error
+	wg.Go(func() {
+		args := append(slices.Clone(tailArgs), "-q", "-n", n, "-c", strconv.Itoa(clients), "-r", strconv.Itoa(r.cfg.Keys), "INCR", tailPfx+"__rand_int__")
+		tailErr = r.benchmark(ctx, args)
+	})
+	var viral int64
+	if w == "mixed" {
+		viral = int64(r.cfg.Requests)
+		wg.Go(func() {
+			args := append(slices.Clone(viralArgs), "-q", "-n", n, "-c", strconv.Itoa(r.cfg.ViralClients), "INCR", viralKey)
+			viralErr = r.benchmark(ctx, args)
+		})
+	}
+	wg.Wait()
+	return int64(r.cfg.Requests) + viral, viral, time.Since(start), errors.Join(tailErr, viralErr)
+}
+
+func (r *ltRun) benchmark(ctx context.Context, args []string) error {
+	cmd := exec.CommandContext(ctx, r.cfg.Benchmark, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bench: %s %s: %w: %s", r.cfg.Benchmark, strings.Join(args, " "), err, out)
+	}
+	if s := string(out); strings.Contains(s, "ERR") || strings.Contains(s, "Error") {
+		return fmt.Errorf("bench: %s reported errors: %s", r.cfg.Benchmark, lastLines(s, 5))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// libDirect drives the workload with the bench's own callers, one plain
+// INCR per increment on a rueidis cluster client, as fast as they go, and
+// records the rates reached (tail, viral) for the library case.
+func (r *ltRun) libDirect(ctx context.Context, w, pfx string, rate *[2]float64) (int64, int64, time.Duration, error) {
+	incr := func(ctx context.Context, key string) error {
+		return r.b.rc.Do(ctx, r.b.rc.B().Incr().Key(key).Build()).Error()
+	}
+	tail, viral, d, err := r.callers(ctx, w, pfx, incr, [2]float64{})
+	rate[0], rate[1] = float64(tail)/d.Seconds(), float64(viral)/d.Seconds()
+	return tail + viral, viral, d, err
+}
+
+// library drives the workload through Client.Incr of a buffered
+// namespace, paced at the rates libDirect reached.
+func (r *ltRun) library(ctx context.Context, w, pfx string, rate [2]float64) (int64, int64, time.Duration, error) {
+	hc, err := hotcount.New(ctx, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis},
+		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	incr := func(ctx context.Context, key string) error { return hc.Incr(ctx, key, 1) }
+	tail, viral, d, err := r.callers(ctx, w, pfx, incr, rate)
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return tail + viral, viral, d, errors.Join(err, hc.Close(cctx))
+}
+
+// callers runs the workload's callers for LibDuration: tail callers on
+// uniform random keys pfx+0..Keys-1 and, in the mixed workload, viral
+// callers on pfx+"viral". With a rate (per second, tail and viral), the
+// callers of each group share it, in steps of a millisecond.
+func (r *ltRun) callers(ctx context.Context, w, pfx string, incr func(context.Context, string) error, rate [2]float64) (tail, viral int64, d time.Duration, err error) {
+	tailN, viralN := r.cfg.TailClients, 0
+	if w == "mixed" {
+		tailN, viralN = max(1, tailN/2), r.cfg.ViralClients
+	}
+	var counts [2]atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	end := start.Add(r.cfg.LibDuration)
+	var wg sync.WaitGroup
+	group := func(g, n int, key func(*rand.Rand) string) {
+		for i := range n {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
+				per := rate[g] / float64(n) // per caller per second; 0: unpaced
+				done := 0
+				for {
+					now := time.Now()
+					if !now.Before(end) {
+						return
+					}
+					if per > 0 && float64(done) >= per*now.Sub(start).Seconds() {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					if err := incr(ctx, key(rng)); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					done++
+					counts[g].Add(1)
+				}
+			})
+		}
+	}
+	group(0, tailN, func(rng *rand.Rand) string { return pfx + strconv.Itoa(rng.IntN(r.cfg.Keys)) })
+	group(1, viralN, func(*rand.Rand) string { return pfx + "viral" })
+	wg.Wait()
+	d = time.Since(start)
+	if e, ok := firstErr.Load().(error); ok {
+		err = e
+	}
+	return counts[0].Load(), counts[1].Load(), d, err
+}
+
+// infoInt returns the integer field name of an INFO reply (0 if absent).
+func infoInt(s, name string) int64 {
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":"); ok && k == name {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// keyspaceKeys sums keys= of every db line of INFO keyspace.
+func keyspaceKeys(s string) int64 {
+	var total int64
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "db") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, ":")
+		for _, f := range strings.Split(rest, ",") {
+			if k, v, ok := strings.Cut(f, "="); ok && k == "keys" {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// WriteText prints the report as a table and its ratios.
+func (rep *LongTailReport) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%d primaries: %s\n\n", len(rep.Primaries), strings.Join(rep.Primaries, " "))
+	fmt.Fprintf(bw, "%-9s %-15s %11s %9s %11s %10s %9s %9s %7s %8s %9s\n", "workload", "path", "increments", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in")
+	for _, c := range rep.Cases {
+		fmt.Fprintf(bw, "%-9s %-15s %11d %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f\n",
+			c.Workload, c.Path, c.Increments, c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr)
+	}
+	fmt.Fprintln(bw)
+	for _, c := range rep.Cases {
+		if c.ViralWritesPerIncr > 0 {
+			fmt.Fprintf(bw, "%s, %s: the viral key reached the cache as at most %.4f writes per increment (1/%.0f)\n", c.Workload, c.Path, c.ViralWritesPerIncr, 1/c.ViralWritesPerIncr)
+		}
+	}
+	for _, r := range rep.Ratios {
+		fmt.Fprintf(bw, "%s, %s against direct: CPU per increment %.2fx, memory per counter %.2fx, idempotency keys %.4f per counter key\n", r.Workload, r.Path, r.CPU, r.Memory, r.IdempotencyShare)
+	}
+	return bw.Flush()
+}
