@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/server"
 )
 
@@ -180,5 +181,26 @@ func TestCLIFlagN(t *testing.T) {
 	}
 	if code, out, stderr := runCLI("resize", "--key", "flag:new", "--auto"); code != exitOK || !strings.Contains(out, "pinned=false") {
 		t.Fatalf("resize --auto: exit %d %q %s", code, out, stderr)
+	}
+}
+
+// TestCLIFlagNRedis: --n works the same on a cluster directly (--redis):
+// incr --n 8 creates the counter with 8 sub-counters, pinned, and a later
+// command sees them.
+func TestCLIFlagNRedis(t *testing.T) {
+	clearBackendEnv(t)
+	n, err := testenv.StartNode(t.Context(), testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	if code, out, stderr := runCLI("incr", "--redis", n.Addr, "--key", "flag:redis", "--n", "8"); code != exitOK {
+		t.Fatalf("incr --redis --n 8: exit %d %q %s", code, out, stderr)
+	}
+	t.Setenv(envRedis, n.Addr) // $HOTCOUNT_REDIS stands for --redis
+	code, out, stderr := runCLI("shards", "--key", "flag:redis", "--json")
+	var rep hotcount.ShardReport
+	if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.N != 8 || !rep.Pinned || rep.Value != 1 {
+		t.Fatalf("shards after incr --n 8: exit %d %q %s; want n 8, pinned, value 1", code, out, stderr)
 	}
 }
