@@ -314,3 +314,30 @@ func TestScaled(t *testing.T) {
 		t.Fatalf("one process: %.0f/s", r)
 	}
 }
+
+// TestControllerLeavesPinnedKeys: a key whose N was set by hand is never
+// resized, however hot or cool it runs, and its hot-key entry says why;
+// the key beside it is resized as usual.
+func TestControllerLeavesPinnedKeys(t *testing.T) {
+	r := newRig(t, func(c *ControllerConfig) {
+		c.Pinned = func(_ context.Context, key string) (bool, error) { return key == "pinned", nil }
+	})
+	ds := r.run(10*time.Second, map[string]float64{"pinned": 40000, "free": 40000})
+	for _, d := range ds {
+		if d.Key == "pinned" {
+			t.Fatalf("a decision about a pinned key: %+v", d)
+		}
+	}
+	if len(ds) == 0 {
+		t.Fatal("no decision about the key beside it: the test proves nothing")
+	}
+	found := false
+	for _, h := range r.c.Hot() {
+		if h.Key == "pinned" {
+			found = strings.Contains(h.Reason, "pinned")
+		}
+	}
+	if !found {
+		t.Fatalf("hot keys do not say the key is pinned: %+v", r.c.Hot())
+	}
+}
