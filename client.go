@@ -37,6 +37,9 @@ type Client struct {
 	// reg ships this region's contributions and reads the peers' (nil
 	// without Config.Region).
 	reg *regions.Service
+	// restored is reg once started, for the durability service's restore
+	// callback (which may run before).
+	restored atomic.Pointer[regions.Service]
 
 	closeParts []func(context.Context) error // in closing order
 	closeOnce  sync.Once
@@ -102,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.dur, err = durability.New(durability.Config{
 			Backend: s.Durability.Store, Engine: c.eng, CheckpointInterval: s.Durability.CheckpointInterval,
 			RollupAge: s.Durability.RollupAge, Timeout: s.Timeout, Clock: s.Clock, Rand: c.cfg.Rand,
-			OnRestore: s.Durability.OnRestore, Observe: s.Observe, HealInterval: s.Durability.HealInterval,
+			OnRestore: c.onRestore(s.Durability.OnRestore), Observe: s.Observe, HealInterval: s.Durability.HealInterval,
 			CleanupInterval: s.Durability.CleanupInterval,
 		})
 		if err != nil {
@@ -122,6 +125,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	if c.reg != nil {
+		c.restored.Store(c.reg)
 		// Every increment is marked for shipping: no path skips c.incr.
 		c.fast = nil
 		undo = append(undo, c.reg.Close)

@@ -242,3 +242,22 @@ type RegionLink = regions.LinkStats
 
 // Region returns the name of the Client's region ("" without regions).
 func (c *Client) Region() string { return c.cfg.Region }
+
+// onRestore wraps the caller's restore callback: after fast-mode counters
+// were restored from their checkpoints, a region ships them all again, so
+// that the peers hold the restored totals.
+func (c *Client) onRestore(user func(Restore)) func(Restore) {
+	if c.cfg.Region == "" {
+		return user
+	}
+	return func(r Restore) {
+		if reg := c.restored.Load(); reg != nil && !r.DryRun {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*c.cfg.Timeout)
+			_ = reg.Resync(ctx)
+			cancel()
+		}
+		if user != nil {
+			user(r)
+		}
+	}
+}

@@ -367,3 +367,54 @@ func TestRegionsCacheEmptied(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestRegionsOriginCacheEmptied: the cache of the region that wrote a
+// fast-mode counter comes back empty; it restores its part from its last
+// checkpoint (what came after is lost, as in one region) and ships the
+// restored total again, so that both regions read the same value.
+func TestRegionsOriginCacheEmptied(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	withStore := func(cfg *hotcount.Config) {
+		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		cfg.Durability = hotcount.DurabilityConfig{Store: db, CheckpointInterval: time.Hour}
+	}
+	var restored atomic.Int64
+	clients := map[string]*hotcount.Client{
+		"eu": w.client(t, "eu", func(cfg *hotcount.Config) {
+			withStore(cfg)
+			cfg.Durability.OnRestore = func(r hotcount.Restore) { restored.Add(int64(r.Keys)) }
+		}),
+		"us": w.client(t, "us", withStore),
+	}
+	ctx := context.Background()
+	key := "plays:3"
+	if err := clients["eu"].Incr(ctx, key, 40); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, key, 40, clients)
+	if _, err := clients["eu"].Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// After the checkpoint: shipped to us, then lost with eu's cache.
+	if err := clients["eu"].Incr(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, key, 42, clients)
+	if err := w.clusters["eu"].FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for restored.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("eu did not restore its cache")
+		}
+		// A checkpoint round finds the lost node and restores it.
+		_, _ = clients["eu"].Checkpoint(ctx)
+		time.Sleep(100 * time.Millisecond)
+	}
+	converge(t, key, 40, clients)
+}

@@ -23,6 +23,11 @@ const (
 	tokenKey = "hotcount:rg:token:{hotcount-rg}"
 )
 
+// aliveKey is set in the region's own cache by its lease holder; a holder
+// that finds it missing knows the cache came back empty (or is new) and
+// ships every counter of the region again.
+const aliveKey = "hotcount:rg:alive:{hotcount-rg}"
+
 // hashKey returns the region hash of counter key.
 func hashKey(key string) string { return "hotcount:rg:{" + key + "}" }
 

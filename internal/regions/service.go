@@ -228,7 +228,7 @@ func (s *Service) Mark(key string, settle bool) {
 		s.dirty[strings.Clone(key)] = dirtyMark{at: s.cfg.Clock.Now(), settle: settle} // key may be on the caller's stack
 	case settle && !m.settle:
 		m.settle = true
-		s.dirty[key] = m
+		s.dirty[strings.Clone(key)] = m // not key itself: it would escape
 	}
 	s.mu.Unlock()
 }

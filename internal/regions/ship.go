@@ -85,6 +85,9 @@ func (s *Service) leaseLoop() {
 		case err == nil:
 			lastOK = now
 			s.token.Store(tok)
+			if tok != 0 {
+				s.checkAlive()
+			}
 		case now.Sub(lastOK) > s.cfg.LeaseTTL/2:
 			s.token.Store(0) // the lease may have passed to another process
 		}
@@ -396,4 +399,48 @@ func (s *Service) drainInbox(boxes []string) error {
 		return err
 	}
 	return ack(ctx, s.cfg.Local, taken)
+}
+
+// checkAlive ships every counter of the region again when the region's
+// cache does not hold aliveKey: it came back empty (its own epochs and the
+// counters' totals are restored from the durable store meanwhile) or is
+// new.
+func (s *Service) checkAlive() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Get().Key(aliveKey).Build()).Error()
+	if !rueidis.IsRedisNil(err) {
+		return
+	}
+	if s.Resync(ctx) == nil {
+		_ = s.cfg.Local.Do(ctx, s.cfg.Local.B().Set().Key(aliveKey).Value(s.me).Build()).Error()
+	}
+}
+
+// Resync puts every counter whose own contribution the durable store holds
+// into every peer's outbox, so that each is shipped again with its
+// current total: after the region's cache lost data and restored it. It
+// does nothing without a durable store.
+func (s *Service) Resync(ctx context.Context) error {
+	if s.cfg.Durable == nil || len(s.peers) == 0 {
+		return nil
+	}
+	after := ""
+	for {
+		page, err := s.cfg.Durable.ListRegionParts(ctx, s.cfg.Region, durable.PartContribution, after, s.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		keys := make([]string, len(page))
+		for i, p := range page {
+			keys[i] = p.Key
+		}
+		if err := mark(ctx, s.cfg.Local, keys, s.outboxes); err != nil {
+			return err
+		}
+		after = page[len(page)-1].Key
+	}
 }
