@@ -63,6 +63,7 @@ const (
 	recToken = 'T' // token key, expiry ms
 	recSeq   = 'Q' // sequence field, last, expiry ms
 	recMeta  = 'M' // counter key, record (empty: none), expiry ms
+	recNodes = 'N' // "", node count, 0: the first record of a snapshot
 )
 
 // journal is the append-only file of a Store.
@@ -289,6 +290,12 @@ func (s *Store) replay(r io.Reader) (int64, error) {
 		}
 		good += n
 		switch rec.kind {
+		case recNodes:
+			if int(rec.v) != len(s.nodes) {
+				// Its sentinels would be taken for lost nodes, and the
+				// checkpoints added to the replayed values again.
+				return good, fmt.Errorf("it was written by a store of %d nodes, this one has %d: start with the same number of nodes", rec.v, len(s.nodes))
+			}
 		case recInt, recDel, recToken, recSeq:
 			nd := s.nodeOf(rec.key)
 			switch rec.kind {
@@ -388,6 +395,10 @@ func readRecord(br *bufio.Reader) (record, int64, error) {
 		}
 	case recDel:
 		return rec, c.n, nil
+	case recNodes:
+		if rec.v, err = binary.ReadVarint(c); err != nil {
+			return short(err)
+		}
 	case recToken:
 	case recSeq:
 		u, err := binary.ReadUvarint(c)
@@ -413,7 +424,9 @@ func readRecord(br *bufio.Reader) (record, int64, error) {
 // snapshot returns the records of the whole live state; every node lock
 // and the metadata lock are held.
 func (s *Store) snapshot(now time.Time) []byte {
-	var b []byte
+	b := appendString([]byte{recNodes}, "")
+	b = binary.AppendVarint(b, int64(len(s.nodes)))
+	b = binary.AppendVarint(b, 0)
 	for _, nd := range s.nodes {
 		for k, v := range nd.ints {
 			if at, has := nd.exp[k]; has && !now.Before(at) {

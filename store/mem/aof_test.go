@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,4 +116,25 @@ func equal(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// TestAOFRefusesOtherNodeCount: a file written by a store of another
+// number of nodes is refused (its sentinels would not match, and a
+// restore would count the checkpoints again).
+func TestAOFRefusesOtherNodeCount(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.aof")
+	s, err := Open(Config{AOF: path, Nodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.IncrBy(context.Background(), "{a#0}", 1)
+	s.Close()
+	if _, err := Open(Config{AOF: path, Nodes: 5}); err == nil || !strings.Contains(err.Error(), "3 nodes") {
+		t.Fatalf("Open with 5 nodes on a file of 3: %v", err)
+	}
+	r, err := Open(Config{AOF: path, Nodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
 }
