@@ -3,10 +3,12 @@ package hotcount_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,6 +287,13 @@ func TestRegionsClearDuringPartition(t *testing.T) {
 	}
 	w.isolate("eu", false)
 	converge(t, key, 8, clients)
+	// GetMulti answers the global value too.
+	for name, c := range clients {
+		m, err := c.GetMulti(ctx, []string{key, "none:1"})
+		if err != nil || m[key].Value != 8 || m["none:1"].Value != 0 {
+			t.Fatalf("%s GetMulti = %+v, %v; want %s 8 and none:1 0", name, m, err, key)
+		}
+	}
 	// The HTTP reading gives each region's share and age.
 	srv, err := server.New(server.Config{Client: clients["us"]})
 	if err != nil {
@@ -417,4 +426,33 @@ func TestRegionsOriginCacheEmptied(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	converge(t, key, 40, clients)
+}
+
+// TestRegionsConfig: a bad region configuration is ErrConfig, naming what
+// is wrong; without Region nothing changes.
+func TestRegionsConfig(t *testing.T) {
+	peer := hotcount.PeerConfig{Name: "us", Redis: hotcount.RedisConfig{Addrs: []string{"127.0.0.1:1"}}}
+	redis := hotcount.RedisConfig{Addrs: []string{"127.0.0.1:2"}}
+	for _, tc := range []struct {
+		name string
+		cfg  hotcount.Config
+		want string
+	}{
+		{"peers without region", hotcount.Config{Redis: redis, Peers: []hotcount.PeerConfig{peer}}, "need Region"},
+		{"region without redis", hotcount.Config{Region: "eu"}, "needs a Redis"},
+		{"bad region name", hotcount.Config{Redis: redis, Region: "e u"}, `"e u"`},
+		{"peer named as region", hotcount.Config{Redis: redis, Region: "us", Peers: []hotcount.PeerConfig{peer}}, "twice"},
+		{"peer without addresses", hotcount.Config{Redis: redis, Region: "eu", Peers: []hotcount.PeerConfig{{Name: "us"}}}, "no Redis addresses"},
+		{"bad peer address", hotcount.Config{Redis: redis, Region: "eu", Peers: []hotcount.PeerConfig{{Name: "us", Redis: hotcount.RedisConfig{Addrs: []string{"nohost"}}}}}, "nohost"},
+		{"negative ship interval", hotcount.Config{Redis: redis, Region: "eu", ShipInterval: -time.Second}, "ShipInterval"},
+	} {
+		err := tc.cfg.Validate()
+		if !errors.Is(err, hotcount.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want ErrConfig naming %q", tc.name, err, tc.want)
+		}
+	}
+	ok := hotcount.Config{Redis: redis, Region: "eu", Peers: []hotcount.PeerConfig{peer}, ShipInterval: time.Second}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("Validate(%+v) = %v", ok, err)
+	}
 }
