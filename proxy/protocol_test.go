@@ -238,3 +238,50 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatalf("PING after: %q", got)
 	}
 }
+
+// TestProtocolBeforeAuth: before AUTH, Redis parses with smaller bounds
+// (10 arguments, 16 KiB bulks); the proxy with a password answers the
+// same bytes as a redis-server with requirepass, and a command pipelined
+// right after AUTH is parsed with the full bounds.
+func TestProtocolBeforeAuth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop() })
+	if got := dialRaw(t, n.Addr).do("CONFIG", "SET", "requirepass", "pw"); got != "+OK\r\n" {
+		t.Fatalf("CONFIG SET requirepass: %q", got)
+	}
+	e := startProxy(t, nil, proxy.Config{Password: "pw"})
+	big := strings.Repeat("x", 20000)
+	cases := []struct{ name, input string }{
+		{"many arguments", "*11\r\n"},
+		{"large bulk", "*2\r\n$4\r\nECHO\r\n$20000\r\n"},
+		{"small command", "*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"},
+		{"after AUTH", string(encode("AUTH", "pw")) + string(encode("ECHO", big)) + string(encode("MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5", "f", "6"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := exchange(t, n.Addr, []byte(tc.input))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.name == "after AUTH" {
+				// MSET across slots is split by the proxy; its reply is
+				// the same +OK.
+				if !strings.HasSuffix(string(want), "+OK\r\n") {
+					t.Fatalf("redis-server answered %q", tail([]byte(want)))
+				}
+			}
+			got, err := exchange(t, e.addr, []byte(tc.input))
+			if err != nil {
+				t.Fatalf("no end of the exchange: %v; got %q", err, got)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("proxy answered\n%q\nredis-server answered\n%q", tail(got), tail(want))
+			}
+		})
+	}
+}
