@@ -298,3 +298,42 @@ func TestOutboxKeepsReMarked(t *testing.T) {
 		t.Fatalf("after the second ack the outbox holds %v, want nothing", q)
 	}
 }
+
+// TestInboxEmptiedWithoutDurableStore: a region without a durable store
+// still empties the inbox peers fill.
+func TestInboxEmptiedWithoutDurableStore(t *testing.T) {
+	n := node(t)
+	c := client(t, n.Addr)
+	ctx := context.Background()
+	if err := mark(ctx, c, []string{"a", "b"}, func(shard int) []string { return []string{boxKey("in", shard, "")} }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Region: "eu", Local: c, Interval: 50 * time.Millisecond, LeaseTTL: time.Second,
+		Totals: func(context.Context, []string) (map[string]int64, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	boxes := make([]string, Shards)
+	for i := range boxes {
+		boxes[i] = boxKey("in", i, "")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		taken, err := take(ctx, c, boxes, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, ms := range taken {
+			left += len(ms)
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the inbox still holds %d counters", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -197,10 +197,8 @@ func New(cfg Config) (*Service, error) {
 		s.wg.Add(1)
 		go s.shipLoop(l)
 	}
-	if cfg.Durable != nil {
-		s.wg.Add(1)
-		go s.inboxLoop()
-	}
+	s.wg.Add(1)
+	go s.inboxLoop()
 	return s, nil
 }
 

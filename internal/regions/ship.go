@@ -342,8 +342,9 @@ func (s *Service) resync(ctx context.Context, l *link) error {
 	return l.client.Do(ctx, l.client.B().Set().Key(seenKey(s.cfg.Region)).Value(s.me).Build()).Error()
 }
 
-// inboxLoop keeps the parts peers shipped here in the durable store,
-// while this process holds the lease.
+// inboxLoop keeps the parts peers shipped here in the durable store (and
+// without one only empties the inbox), while this process holds the
+// lease.
 func (s *Service) inboxLoop() {
 	defer s.wg.Done()
 	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
@@ -380,6 +381,9 @@ func (s *Service) drainInbox(boxes []string) error {
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if s.cfg.Durable == nil {
+		return ack(ctx, s.cfg.Local, taken)
 	}
 	hashes, err := readHashes(ctx, s.cfg.Local, keys)
 	if err != nil {
