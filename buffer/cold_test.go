@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,5 +240,34 @@ func TestCloseLetsFlushFinish(t *testing.T) {
 	}
 	if s := b.Stats(); sum != 100 || s.ColdDropped != 0 {
 		t.Fatalf("total %d, want 100; stats %+v", sum, s)
+	}
+}
+
+// TestColdLabel: with Config.ColdLabel, a cold key's flush goes to that
+// label without a look-up of the key's labels; a hot key's still picks
+// from Labels.
+func TestColdLabel(t *testing.T) {
+	sink := newFakeSink()
+	var lookups atomic.Int64
+	b, _ := newTestBuffer(t, sink, func(c *Config) {
+		c.HotAt = 8
+		c.ColdLabel = "0"
+		c.Labels = func(string) []string { lookups.Add(1); return []string{"x"} }
+	})
+	mustAdd(t, b, "cold", 1)
+	for range 8 {
+		mustAdd(t, b, "hot", 1)
+	}
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if o := lastOpOf(t, sink, "cold"); o.Key != "{cold#0}" || o.SeqKey != "" {
+		t.Fatalf("cold op %+v", o)
+	}
+	if o := lastOpOf(t, sink, "hot"); o.Key != "{hot#x}" || o.SeqKey == "" {
+		t.Fatalf("hot op %+v", o)
+	}
+	if n := lookups.Load(); n != 1 {
+		t.Fatalf("%d label look-ups, want 1 (the hot key's)", n)
 	}
 }

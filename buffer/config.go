@@ -89,6 +89,12 @@ type Config struct {
 	// of a key sends its whole delta to one label chosen at random from
 	// this list. Required. It is called from the flushing goroutine only.
 	Labels func(key string) []string
+	// ColdLabel, when set, is the label every cold key's flush goes to,
+	// without calling Labels: one that every reader sums whatever the
+	// counter's label sets (keyspace.ColdLabel with counter metadata), so
+	// that a cold key's flush costs no look-up of its labels. Empty: cold
+	// keys' flushes pick from Labels as hot keys' do.
+	ColdLabel string
 	// Clock provides time; nil means the system clock.
 	Clock clock.Clock
 	// Rand returns random 64-bit values for label choice and flush tokens.

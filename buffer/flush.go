@@ -343,11 +343,15 @@ func (b *Buffer) sendRound(ctx context.Context, force bool) (firstErr error, que
 // assign fixes o's label and, for a hot key, its sequence number before
 // its first send.
 func (b *Buffer) assign(o *op) bool {
-	labels := b.cfg.Labels(o.key)
-	if len(labels) == 0 {
-		return false
+	if o.cold && b.cfg.ColdLabel != "" {
+		o.label = b.cfg.ColdLabel // no look-up of the key's labels
+	} else {
+		labels := b.cfg.Labels(o.key)
+		if len(labels) == 0 {
+			return false
+		}
+		o.label = labels[b.cfg.Rand()%uint64(len(labels))]
 	}
-	o.label = labels[b.cfg.Rand()%uint64(len(labels))]
 	o.sent = true
 	if o.cold && b.cfg.ExpireAt != nil && !b.cfg.ExpireAt(o.key, o.label).IsZero() {
 		// A plain INCRBY cannot give the sub-counter its deadline in

@@ -24,6 +24,7 @@ func (e *Engine) startBuffers() error {
 			MaxKeys:        e.cfg.MaxBufferedKeys,
 			MaxPendingKeys: e.cfg.MaxPendingKeys,
 			HotAt:          e.cfg.HotAt,
+			ColdLabel:      e.coldFlushLabel(),
 			BatchTimeout:   e.cfg.Timeout,
 			Labels:         e.WriteLabels,
 			ExpireAt:       func(key, label string) time.Time { at, _ := e.expireAtFor(key, label); return at },
@@ -393,4 +394,15 @@ func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, de
 // coldSet reports whether labels is the cold label alone.
 func coldSet(labels []string) bool {
 	return len(labels) == 1 && labels[0] == keyspace.ColdLabel
+}
+
+// coldFlushLabel is the label of cold keys' flushes: keyspace.ColdLabel,
+// which every reader sums (meta adds it to every read set), so a cold
+// key's flush needs no look-up of its labels; none with naive labels or
+// without metadata, whose read sets are the label sets as they are.
+func (e *Engine) coldFlushLabel() string {
+	if e.meta == nil || e.cfg.NaiveLabels {
+		return ""
+	}
+	return keyspace.ColdLabel
 }
