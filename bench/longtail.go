@@ -268,9 +268,9 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 
 // nodeState is what the primaries hold and did, summed or by command.
 type nodeState struct {
-	cpu        float64
-	mem, keys  int64
-	cmds       map[string]int64
+	cpu       float64
+	mem, keys int64
+	cmds      map[string]int64
 }
 
 func (r *ltRun) state(ctx context.Context, viralNode string) (nodeState, error) {
