@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLongTail runs the long-tail benchmark at a small scale on the test
+// cluster: every case measures its increments, keys and commands, the
+// direct cases write one INCR per increment, the hotcount cases no script
+// for the cold tail and no idempotency key per counter, and every key of
+// the run is removed afterwards.
+func TestLongTail(t *testing.T) {
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		t.Fatalf("redis-benchmark not found (scripts/test installs redis-tools): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunLongTail(ctx, LongTailConfig{Redis: cluster.Seeds(), Keys: 50_000, TailClients: 4, ViralClients: 4, Requests: 2000, LibDuration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cases) != 8 || len(rep.Ratios) != 4 {
+		t.Fatalf("%d cases, %d ratios", len(rep.Cases), len(rep.Ratios))
+	}
+	for _, c := range rep.Cases {
+		if c.Increments <= 0 || c.Counters <= 0 || c.KeysAdded <= 0 || c.CPUSeconds <= 0 {
+			t.Fatalf("case %+v", c)
+		}
+		switch c.Path {
+		case "direct", "library direct":
+			if c.Commands["incr"] != c.Increments || c.IdempotencyKeys != 0 {
+				t.Fatalf("direct case %+v", c)
+			}
+		default:
+			if c.IdempotencyKeys*20 > c.CounterKeys {
+				t.Fatalf("%s %s: %d idempotency keys for %d counter keys", c.Workload, c.Path, c.IdempotencyKeys, c.CounterKeys)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "tail, proxy against direct") {
+		t.Fatalf("report: %v\n%s", err, out.String())
+	}
+	// Nothing of the run is left.
+	be, err := openBackend(ctx, cluster.Seeds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.close()
+	rc := be.(*redisBackend).rc
+	for _, n := range rep.Primaries {
+		for _, match := range []string{"lt*:tail:*", "lt*:mixed:*", "{lt*:tail:*", "{lt*:mixed:*"} {
+			e, err := rc.Nodes()[n].Do(ctx, rc.B().Scan().Cursor(0).Match(match).Count(1_000_000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(e.Elements) > 0 {
+				t.Fatalf("%s keeps %d keys of the run, e.g. %s", n, len(e.Elements), e.Elements[0])
+			}
+		}
+	}
+	if _, err := RunLongTail(ctx, LongTailConfig{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no --redis: %v", err)
+	}
+}
