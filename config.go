@@ -140,7 +140,7 @@ type EmbeddedConfig struct {
 	// AOFSync is when the file is fsynced: "everysec" ("" means it: a
 	// machine crash loses at most about the last second, a killed process
 	// nothing) or "always" (before every acknowledgement).
-	AOFSync string `config:"code"`
+	AOFSync string
 }
 
 // ReadConfig configures the summed-read cache.

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,4 +56,32 @@ func TestServeKeepsAcknowledgedOnKill(t *testing.T) {
 		t.Errorf("exact read of paid:1 after SIGKILL and restart: %d %v, want 18", code, m)
 	}
 	stopBinary(t, second, stderr)
+}
+
+// TestEmbeddedFsyncSetting: embedded_fsync takes everysec or always, and
+// reaches the library.
+func TestEmbeddedFsyncSetting(t *testing.T) {
+	clearServeEnv(t)
+	var out, errb bytes.Buffer
+	if code := runServe(context.Background(), []string{"--embedded-fsync", "sometimes"}, &out, &errb); code != exitUsage ||
+		!strings.Contains(errb.String(), "embedded_fsync (from flag --embedded-fsync): must be everysec or always") {
+		t.Fatalf("--embedded-fsync sometimes: exit %d, stderr %q", code, errb.String())
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	for _, tc := range []struct {
+		flags map[string]string
+		want  string
+	}{
+		{map[string]string{"data": data}, ""}, // the library's default: everysec
+		{map[string]string{"data": data, "embedded_fsync": "always"}, "always"},
+	} {
+		cfg, err := loadConfig(tc.flags, func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := clientConfig(cfg, nil)
+		if hc.Embedded.AOFSync != tc.want || hc.Embedded.AOF != filepath.Join(data, embeddedAOF) {
+			t.Errorf("%v: AOF %q, AOFSync %q; want %q", tc.flags, hc.Embedded.AOF, hc.Embedded.AOFSync, tc.want)
+		}
+	}
 }

@@ -165,6 +165,9 @@ type serveConfig struct {
 	// EmbeddedNodes is the number of simulated nodes of the embedded
 	// store; 0 means the library's default.
 	EmbeddedNodes int `yaml:"embedded_nodes"`
+	// EmbeddedFsync is when the embedded store's append-only file is
+	// fsynced (mem.SyncEverySec or mem.SyncAlways).
+	EmbeddedFsync string `yaml:"embedded_fsync"`
 	// Defaults are the settings of keys no namespace names, besides Mode.
 	Defaults defaultsConfig `yaml:",inline"`
 	// The library's other settings; zero values mean its defaults.

@@ -31,6 +31,7 @@ import (
 	"github.com/hotcount/hotcount/buffer"
 	"github.com/hotcount/hotcount/hotkeys"
 	"github.com/hotcount/hotcount/proxy"
+	"github.com/hotcount/hotcount/store/mem"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -149,6 +150,8 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.Data }},
 	{name: setEmbeddedNodes, typ: "int", def: strconv.Itoa(hotcount.DefaultEmbeddedNodes), doc: "simulated nodes of the embedded store (without redis)", cmds: cmdServe, lib: "Embedded.Nodes",
 		ptr: func(c *serveConfig) any { return &c.EmbeddedNodes }},
+	{name: "embedded_fsync", typ: "everysec or always", choices: []string{mem.SyncEverySec, mem.SyncAlways}, def: mem.SyncEverySec, doc: "when the embedded store's append-only file (cache.aof in data) is fsynced: everysec (a machine crash loses at most about the last second; a killed process nothing) or always (before every reply; see docs/embedded-store.md)", cmds: cmdServe, lib: "Embedded.AOFSync",
+		ptr: func(c *serveConfig) any { return &c.EmbeddedFsync }},
 	{name: setToken, typ: "string", doc: "one bearer token with every scope (reads need it too; the proxy: its admin port); prefer token_file or the environment: a flag shows in ps", cmds: cmdBoth,
 		ptr: func(c *serveConfig) any { return &c.Token }},
 	{name: setTokenFile, typ: "path", doc: "file holding that token", cmds: cmdBoth,
