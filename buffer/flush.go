@@ -258,7 +258,7 @@ func (b *Buffer) addOp(key string, delta, since int64, cold bool) {
 func (b *Buffer) send(ctx context.Context, force bool) error {
 	var firstErr error
 	for {
-		err, queued, done, left := b.sendRound(ctx, force)
+		queued, done, left, err := b.sendRound(ctx, force)
 		if firstErr == nil {
 			firstErr = err
 		}
@@ -275,9 +275,9 @@ func (b *Buffer) send(ctx context.Context, force bool) error {
 }
 
 // sendRound is one round of send: it sends the due first op of each key
-// and reports the first error, how many ops waited behind another op of
-// their key, how many were acknowledged, and how many are left.
-func (b *Buffer) sendRound(ctx context.Context, force bool) (firstErr error, queued, acked, left int) {
+// and reports how many ops waited behind another op of their key, how
+// many were acknowledged, how many are left, and the first error.
+func (b *Buffer) sendRound(ctx context.Context, force bool) (queued, acked, left int, firstErr error) {
 	now := b.cfg.Clock.Now()
 	var due []*op
 	pending := 0
@@ -291,7 +291,7 @@ func (b *Buffer) sendRound(ctx context.Context, force bool) (firstErr error, que
 	}
 	b.opsMu.RUnlock()
 	if pending == 0 {
-		return nil, 0, 0, 0
+		return 0, 0, 0, nil
 	}
 	fail := func(o *op, err error) {
 		if firstErr == nil {
@@ -337,7 +337,7 @@ func (b *Buffer) sendRound(ctx context.Context, force bool) (firstErr error, que
 	if len(done) < len(ready) || len(ready) < len(due) {
 		b.stats.flushErrors.Add(1)
 	}
-	return firstErr, queued, len(done), left
+	return queued, len(done), left, firstErr
 }
 
 // assign fixes o's label and, for a hot key, its sequence number before
