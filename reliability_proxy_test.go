@@ -212,7 +212,9 @@ func TestReliabilityNoHang(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	px := startProxied(t)
 	plain := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
-	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: time.Hour}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
+	// HotAt 1: its flush is exactly-once, so one without a reply is kept
+	// and Flush reports it (a cold key's would be dropped and counted).
+	buffered := px.client(t, hotcount.Config{Defaults: hotcount.Namespace{NoColdStart: true, N: 4, Buffered: true, FlushInterval: time.Hour}, Buffer: hotcount.BufferConfig{HotAt: 1}, Reads: hotcount.ReadConfig{NoCache: true}, Timeout: timeout})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	if err := plain.Incr(ctx, key, 1); err != nil {
