@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -166,6 +167,23 @@ func TestBenchRedisStandalone(t *testing.T) {
 // TestBenchSweepSVG runs a sweep over N on the embedded store and checks
 // the chart it writes: well-formed SVG with one point per N.
 func TestBenchSweepSVG(t *testing.T) {
+	// A run that achieved nothing in its 300 ms (a stalled, busy machine)
+	// has no point by design; such an attempt is run again, up to 3 times.
+	var last string
+	for attempt := 1; attempt <= 3; attempt++ {
+		circles, b := benchSweepSVG(t)
+		if circles == 3 { // sharded n=1 (single's point too), 2, 4
+			return
+		}
+		last = fmt.Sprintf("attempt %d: %d points, want 3:\n%s", attempt, circles, b)
+		t.Log(last)
+	}
+	t.Error(last)
+}
+
+// benchSweepSVG runs the sweep once and counts the points of its chart.
+func benchSweepSVG(t *testing.T) (int, []byte) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "chart.svg")
 	var out, errb bytes.Buffer
 	code := run(t.Context(), []string{"bench", "--key", "cli:svg", "--compare", "single,sharded", "--n", "1,2,4",
@@ -196,7 +214,5 @@ func TestBenchSweepSVG(t *testing.T) {
 			circles++
 		}
 	}
-	if circles != 3 { // sharded n=1 (single's point too), 2, 4
-		t.Errorf("%d points, want 3:\n%s", circles, b)
-	}
+	return circles, b
 }

@@ -502,7 +502,8 @@ func writeSnapshot(path string, data []byte) (*os.File, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrAOF, err)
 	}
-	if _, err := f.Write(data); err == nil {
+	_, err = f.Write(data)
+	if err == nil {
 		err = f.Sync()
 	}
 	if err == nil {
