@@ -139,8 +139,10 @@ func (c *conn) counterIncr(key string, delta int64) {
 	c.s.stats.counterIncrs.Add(1)
 	if known {
 		// A cold counter, written with one INCRBY: its reply is the
-		// counter's value, exact, and no read is needed.
-		c.s.est.drop(key)
+		// counter's value, exact, and no read is needed. An estimate of
+		// it counts the increment (dropping it could lose what other
+		// connections counted in it while a read was in flight).
+		c.s.est.count(key, delta)
 		c.out = appendInt(c.out, cv)
 		return
 	}

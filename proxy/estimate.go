@@ -91,6 +91,19 @@ func (e *estimates) added(key string, delta int64, now time.Time, ttl time.Durat
 	return 0, false, x.adds
 }
 
+// count records an increment of key this proxy made and answered without
+// the estimate (a cold counter's exact reply): an estimate held of key
+// counts it, and none is made for it.
+func (e *estimates) count(key string, delta int64) {
+	sh := e.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if x := sh.m[key]; x != nil {
+		x.adds = satAdd(x.adds, delta)
+		x.exists = true
+	}
+}
+
 // cached returns the estimate of key when it is fresh at now; otherwise
 // ok=false and the adds snapshot to start a summed read with.
 func (e *estimates) cached(key string, now time.Time, ttl time.Duration) (v int64, exists, ok bool, a0 int64) {

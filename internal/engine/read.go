@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotcount/hotcount/internal/regions"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Reading is the value of one counter.
@@ -305,16 +306,27 @@ func (e *Engine) cached(key string) (Reading, bool) {
 	return Reading{Key: key, Value: v, Stale: age, N: n}, true
 }
 
-// fetch reads and sums keys and refreshes the cache.
+// fetch reads and sums keys and refreshes the cache. This process's
+// increments applied while the read is in flight are added to the sums
+// (see readCache), so a caller that shares the read (single-flight) or
+// finds its sum cached reads every increment it made before it asked.
 func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, error) {
 	seq := e.flushSeq.Load()
+	marks := e.cache.begin(keys)
+	settled := false
+	defer func() {
+		if !settled {
+			e.cache.abandon(marks)
+		}
+	}()
 	reads, _, at, err := e.Read(ctx, keys, nil)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]Reading, len(keys))
 	done := e.cfg.Clock.Now() // a read that ends after a deadline may miss parts
-	for _, r := range reads {
+	sums := make([]int64, len(reads))
+	for i, r := range reads {
 		sum, err := r.Sum()
 		if err != nil {
 			return nil, fmt.Errorf("read %q: %w", r.Key, err)
@@ -324,10 +336,25 @@ func (e *Engine) fetch(ctx context.Context, keys []string) (map[string]Reading, 
 				sum = 0 // past its deadline: gone, whatever is left of it
 			}
 		}
-		out[r.Key] = Reading{Key: r.Key, Value: sum, N: len(r.Subs)}
-		if !e.cfg.NoReadCache {
-			e.cache.put(r.Key, sum, len(r.Subs), at, &e.flushSeq, seq)
+		sums[i] = sum
+	}
+	settled = true
+	var overflow error
+	for i, r := range reads {
+		m := marks[r.Key]
+		if m == nil {
+			continue // a duplicate key, settled already
 		}
+		delete(marks, r.Key)
+		sum, ok := e.cache.settle(r.Key, m, sums[i], len(r.Subs), at, !e.cfg.NoReadCache, &e.flushSeq, seq)
+		if !ok && overflow == nil {
+			overflow = fmt.Errorf("read %q: %w", r.Key, store.ErrOverflow)
+		}
+		out[r.Key] = Reading{Key: r.Key, Value: sum, N: len(r.Subs)}
+	}
+	e.cache.abandon(marks) // keys Read did not return, if any
+	if overflow != nil {
+		return nil, overflow
 	}
 	return out, nil
 }
