@@ -123,6 +123,12 @@ type RedisConfig struct {
 	Username, Password string
 	// TLS, when set, is used for every connection.
 	TLS *tls.Config `config:"code"`
+	// FlushDelay, when positive, lets each connection wait up to this long
+	// after a write to gather more commands into the next one: fewer
+	// system calls per command on the cache under many concurrent callers,
+	// at up to this much latency per command. Zero (the default) writes at
+	// once. `hotcount proxy` sets it to proxy.UpstreamFlushDelay.
+	FlushDelay time.Duration `config:"code"`
 }
 
 // EmbeddedConfig configures the embedded store.
@@ -266,7 +272,7 @@ func (c Config) resolve() (settings, error) {
 		name string
 		v    time.Duration
 	}{{"Timeout", c.Timeout}, {"Meta.TTL", c.Meta.TTL}, {"Durability.CheckpointInterval", c.Durability.CheckpointInterval},
-		{"Durability.RollupAge", c.Durability.RollupAge}, {"Durability.CleanupInterval", c.Durability.CleanupInterval}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}} {
+		{"Durability.RollupAge", c.Durability.RollupAge}, {"Durability.CleanupInterval", c.Durability.CleanupInterval}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}, {"Redis.FlushDelay", c.Redis.FlushDelay}} {
 		if f.v < 0 {
 			return bad("%s must not be negative, got %v", f.name, f.v)
 		}

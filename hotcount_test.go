@@ -499,6 +499,7 @@ func TestConfigErrors(t *testing.T) {
 		{"duplicate prefix", hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "a"}, {Prefix: "a"}}}},
 		{"namespace N", hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "a", N: -2}}}},
 		{"embedded nodes", hotcount.Config{Embedded: hotcount.EmbeddedConfig{Nodes: -1}}},
+		{"negative flush delay", hotcount.Config{Redis: hotcount.RedisConfig{Addrs: []string{"127.0.0.1:1"}, FlushDelay: -1}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

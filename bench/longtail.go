@@ -7,7 +7,12 @@ package bench
 //
 // Two workloads: the long tail (Keys counters, uniform, TailClients
 // callers) and the mixed one (that tail with half the callers, plus one
-// viral key with ViralClients callers). Each runs on two paths pairs:
+// viral key with ViralClients callers). A third, reads, is run when asked:
+// the tail is written first (not measured), then read with GETs of random
+// tail keys, so that each counter is read cold (the proxy that reads is a
+// new one, which has looked no counter up); there an "increment" of the
+// report is one GET. Each runs on two paths pairs (reads on the proxy
+// pair only):
 //
 //   - "direct" against "proxy": redis-benchmark INCRs, sent to the
 //     cluster (--cluster; the viral key to its node) or to a hotcount
@@ -81,7 +86,8 @@ type LongTailConfig struct {
 	Benchmark string
 	// Paths selects "proxy", "library" or both (nil: both).
 	Paths []string
-	// Workloads selects "tail", "mixed" or both (nil: both).
+	// Workloads selects "tail", "mixed" and "reads" (nil: tail and
+	// mixed).
 	Workloads []string
 	// Log, when set, is told what runs.
 	Log io.Writer
@@ -176,8 +182,8 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 		}
 	}
 	for _, w := range c.Workloads {
-		if w != "tail" && w != "mixed" {
-			return c, fmt.Errorf("%w: longtail workload %q (want tail or mixed)", ErrConfig, w)
+		if w != "tail" && w != "mixed" && w != "reads" {
+			return c, fmt.Errorf("%w: longtail workload %q (want tail, mixed or reads)", ErrConfig, w)
 		}
 	}
 	if c.Log == nil {
@@ -227,7 +233,20 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 	for _, w := range cfg.Workloads {
 		for _, p := range cfg.Paths {
 			var pair [2]LongTailCase
-			if p == "proxy" {
+			if w == "reads" && p != "proxy" {
+				continue // reads are measured on the proxy pair
+			}
+			if w == "reads" {
+				d, err := r.measureAfter(ctx, w, "direct", r.benchDirect, r.benchDirect)
+				if err != nil {
+					return rep, err
+				}
+				h, err := r.measureAfter(ctx, w, "proxy", r.benchProxy, r.benchProxy)
+				if err != nil {
+					return rep, err
+				}
+				pair = [2]LongTailCase{d, h}
+			} else if p == "proxy" {
 				d, err := r.measure(ctx, w, "direct", r.benchDirect)
 				if err != nil {
 					return rep, err
@@ -313,10 +332,22 @@ type loadFunc func(ctx context.Context, w, pfx string) (incrs, viral int64, d ti
 // measure runs one case: state before, the load, state after, the keys
 // by kind, then the keys' removal.
 func (r *ltRun) measure(ctx context.Context, w, path string, load loadFunc) (LongTailCase, error) {
+	return r.measureAfter(ctx, w, path, nil, load)
+}
+
+// measureAfter is measure with setup, when set, run as the tail workload
+// on the case's keys before the state is taken (the reads workload's
+// writes).
+func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load loadFunc) (LongTailCase, error) {
 	pfx := "lt" + r.run + ":" + strings.ReplaceAll(path, " ", "") + ":" + w + ":"
 	c := LongTailCase{Workload: w, Path: path}
 	fmt.Fprintf(r.cfg.Log, "longtail: %s, %s ...\n", w, path)
 	viralNode := r.nodeOf(pfx + "viral")
+	if setup != nil {
+		if _, _, _, err := setup(ctx, "tail", pfx); err != nil {
+			return c, err
+		}
+	}
 	r.refused.Store(0)
 	before, err := r.state(ctx, viralNode)
 	if err != nil {
@@ -341,6 +372,13 @@ func (r *ltRun) measure(ctx context.Context, w, path string, load loadFunc) (Lon
 		}
 	}
 	writes := c.Commands["incr"] + c.Commands["incrby"] + c.Commands["evalsha"] + c.Commands["eval"]
+	if w == "reads" {
+		// What each GET cost: the commands the cache received for it.
+		writes = 0
+		for _, v := range c.Commands {
+			writes += v
+		}
+	}
 	c.WritesPerIncr = div(float64(writes), float64(incrs))
 	counters, err := r.classify(ctx, pfx, &c)
 	if err != nil {
@@ -456,7 +494,8 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 // the cluster, with the counters in one buffered namespace.
 func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
 	hc, err := hotcount.New(ctx, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis},
+		// As `hotcount proxy` sets it.
+		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis, FlushDelay: proxy.UpstreamFlushDelay},
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
 	})
 	if err != nil {
@@ -487,18 +526,23 @@ func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, ti
 
 // drive runs redis-benchmark for workload w: the tail (-r Keys) with
 // tailArgs and keys tailPfx + a random number, and in the mixed workload
-// the viral key beside it, at once.
+// the viral key beside it, at once. The reads workload sends GETs of the
+// tail's keys instead of INCRs.
 func (r *ltRun) drive(ctx context.Context, w string, tailArgs []string, tailPfx string, viralArgs []string, viralKey string) (int64, int64, time.Duration, error) {
 	clients := r.cfg.TailClients
 	if w == "mixed" {
 		clients = max(1, clients/2)
+	}
+	cmd := "INCR"
+	if w == "reads" {
+		cmd = "GET"
 	}
 	n := strconv.Itoa(r.cfg.Requests)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var tailErr, viralErr error
 	wg.Go(func() {
-		args := append(slices.Clone(tailArgs), "-q", "-n", n, "-c", strconv.Itoa(clients), "-r", strconv.Itoa(r.cfg.Keys), "INCR", tailPfx+"__rand_int__")
+		args := append(slices.Clone(tailArgs), "-q", "-n", n, "-c", strconv.Itoa(clients), "-r", strconv.Itoa(r.cfg.Keys), cmd, tailPfx+"__rand_int__")
 		tailErr = r.benchmark(ctx, args)
 	})
 	var viral int64

@@ -68,4 +68,35 @@ func TestLongTail(t *testing.T) {
 	if _, err := RunLongTail(ctx, LongTailConfig{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no --redis: %v", err)
 	}
+	if _, err := RunLongTail(ctx, LongTailConfig{Redis: cluster.Seeds(), Workloads: []string{"writes"}}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("unknown workload: %v", err)
+	}
+}
+
+// TestLongTailReads: the reads workload writes the tail, then reads it
+// with GETs; a GET straight to the cluster is one command, and a cold
+// counter's GET through the proxy costs the cache its cold read: the
+// counter's one key and its label record (and, for a counter never
+// written, whether it exists), in one round, and no write.
+func TestLongTailReads(t *testing.T) {
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		t.Fatalf("redis-benchmark not found (scripts/test installs redis-tools): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunLongTail(ctx, LongTailConfig{Redis: cluster.Seeds(), Keys: 2000, TailClients: 4, Requests: 4000, Workloads: []string{"reads"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cases) != 2 || len(rep.Ratios) != 1 {
+		t.Fatalf("%d cases, %d ratios: %+v", len(rep.Cases), len(rep.Ratios), rep.Cases)
+	}
+	direct, proxied := rep.Cases[0], rep.Cases[1]
+	if direct.Path != "direct" || direct.Commands["get"] != direct.Increments || direct.Commands["incr"] != 0 {
+		t.Fatalf("direct reads %+v", direct)
+	}
+	// A counter read again within the proxy's estimate TTL costs nothing.
+	if proxied.Path != "proxy" || proxied.Commands["get"] == 0 || proxied.WritesPerIncr > 3 || proxied.Commands["incrby"]+proxied.Commands["evalsha"] != 0 {
+		t.Fatalf("proxy reads: %.2f commands per GET: %+v", proxied.WritesPerIncr, proxied)
+	}
 }

@@ -209,7 +209,7 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&c.LibDuration, "duration", bench.DefaultLibDuration, "how long each library case runs")
 	fs.DurationVar(&c.Flush, "flush", 0, "flush interval of the buffered namespace (0: the default)")
 	fs.StringVar(&paths, "paths", "proxy,library", "proxy, library or both")
-	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed or both")
+	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed and reads (cold GETs of the tail, proxy pair only)")
 	fs.StringVar(&c.Benchmark, "redis-benchmark", "redis-benchmark", "the redis-benchmark program")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	if code, done := fs.parse(args); done {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/proxy"
 )
 
 func TestProxyUsage(t *testing.T) {
@@ -376,5 +377,21 @@ func TestProxyAdminDashboard(t *testing.T) {
 	rc.Close()
 	if code, stderr := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+// TestProxyCountersFlushDelay: the proxy's counters share each node's
+// connection among many clients, so their writes are gathered as the
+// pass-through ones are; serve keeps the library's default of none.
+func TestProxyCountersFlushDelay(t *testing.T) {
+	cfg, err := loadConfig(map[string]string{"redis": "127.0.0.1:7000"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc, _ := proxyClientConfig(cfg, nil); hc.Redis.FlushDelay != proxy.UpstreamFlushDelay {
+		t.Fatalf("proxy: Redis.FlushDelay = %v, want %v", hc.Redis.FlushDelay, proxy.UpstreamFlushDelay)
+	}
+	if hc := clientConfig(cfg, nil); hc.Redis.FlushDelay != 0 {
+		t.Fatalf("serve: Redis.FlushDelay = %v, want 0", hc.Redis.FlushDelay)
 	}
 }

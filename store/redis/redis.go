@@ -143,6 +143,13 @@ type Config struct {
 	// ForceSingle treats the first address as a standalone server without
 	// probing for cluster mode.
 	ForceSingle bool
+	// FlushDelay, when positive, lets each connection's writer wait up to
+	// this long after a write to gather more commands into the next one
+	// (rueidis's MaxFlushDelay): fewer system calls per command, in this
+	// process and in the cache, when many callers send at once, at up to
+	// FlushDelay more latency for a command that arrives right after a
+	// write. Zero writes every command as soon as it can.
+	FlushDelay time.Duration
 }
 
 // withDefaults returns a validated copy of c with defaults filled in.
@@ -155,8 +162,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: empty address", ErrInvalidConfig)
 		}
 	}
-	if c.Timeout < 0 || c.DialTimeout < 0 || c.TopologyRefresh < 0 || c.MaxConcurrency < 0 {
-		return c, fmt.Errorf("%w: negative timeout, refresh period or concurrency", ErrInvalidConfig)
+	if c.Timeout < 0 || c.DialTimeout < 0 || c.TopologyRefresh < 0 || c.MaxConcurrency < 0 || c.FlushDelay < 0 {
+		return c, fmt.Errorf("%w: negative timeout, refresh period, concurrency or flush delay", ErrInvalidConfig)
 	}
 	c.Addrs = append([]string(nil), c.Addrs...)
 	if c.Timeout == 0 {
@@ -232,6 +239,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		DisableCache:      true,
 		ForceSingleClient: cfg.ForceSingle,
 		ClientSetInfo:     rueidis.DisableClientSetInfo,
+		MaxFlushDelay:     cfg.FlushDelay,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, cfg.Addrs, err)

@@ -156,6 +156,7 @@ func TestConfig(t *testing.T) {
 		{"negative dial timeout", Config{Addrs: []string{"127.0.0.1:1"}, DialTimeout: -1}},
 		{"negative refresh", Config{Addrs: []string{"127.0.0.1:1"}, TopologyRefresh: -1}},
 		{"negative concurrency", Config{Addrs: []string{"127.0.0.1:1"}, MaxConcurrency: -1}},
+		{"negative flush delay", Config{Addrs: []string{"127.0.0.1:1"}, FlushDelay: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
