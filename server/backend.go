@@ -31,6 +31,7 @@ type Backend interface {
 	Decisions() []hotcount.Decision
 	Nodes(ctx context.Context) []hotcount.NodeWrites
 	Stats() hotcount.Stats
+	Region() string
 	Ping(ctx context.Context) error
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"time"
+
+	"github.com/hotcount/hotcount"
 )
 
 // statsResponse is the answer of GET /v1/stats: the Client's loss-window
@@ -12,6 +14,9 @@ type statsResponse struct {
 	Buffer     bufferStats     `json:"buffer"`
 	Durability durabilityStats `json:"durability"`
 	Rebalance  rebalanceStats  `json:"rebalance"`
+	// Regions is this server's region and its links to the peer regions
+	// (the figures of the hotcount_region_* metrics).
+	Regions regionsStats `json:"regions"`
 	// NodeBudget is the cache writes per second one node may take.
 	NodeBudget float64 `json:"node_budget"`
 	// Errors counts this server's error answers by class since start
@@ -56,6 +61,54 @@ type rebalanceStats struct {
 	Failed int64 `json:"failed"`
 }
 
+// regionsStats is the regions part of /v1/stats. A server started
+// without a region answers enabled false, an empty region and no peers.
+type regionsStats struct {
+	Enabled bool   `json:"enabled"`
+	Region  string `json:"region"`
+	// Shipping reports whether this process holds its region's shipping
+	// lease (only the holder ships and measures the links).
+	Shipping bool        `json:"shipping"`
+	Peers    []peerStats `json:"peers"`
+}
+
+// peerStats is one link to a peer region.
+type peerStats struct {
+	Peer           string `json:"peer"`
+	ShippedRecords uint64 `json:"shipped_records"`
+	ShippedBytes   uint64 `json:"shipped_bytes"`
+	LinkErrors     uint64 `json:"link_errors"`
+	// LastError is the last failed round's error, "" after a success.
+	LastError string `json:"last_error"`
+	// LagMS is the time since the last successful ship round (null when
+	// another process holds the lease).
+	LagMS *int64 `json:"lag_ms"`
+	// LastSuccess is when a ship round last succeeded (null: never, or
+	// not the lease holder); LastSuccessAgeMS is its age then.
+	LastSuccess      *time.Time `json:"last_success"`
+	LastSuccessAgeMS *int64     `json:"last_success_age_ms"`
+}
+
+// regions translates the Client's region links.
+func regions(region string, links []hotcount.RegionLink) regionsStats {
+	out := regionsStats{Enabled: region != "", Region: region, Peers: make([]peerStats, 0, len(links))}
+	for _, l := range links {
+		p := peerStats{Peer: l.Peer, ShippedRecords: l.Shipped, ShippedBytes: l.Bytes, LinkErrors: l.Errors, LastError: l.LastError}
+		out.Shipping = out.Shipping || l.Holder
+		if l.Holder {
+			lag := l.Lag.Milliseconds()
+			p.LagMS = &lag
+		}
+		if !l.LastSuccess.IsZero() {
+			t := l.LastSuccess.UTC()
+			age := max(0, time.Since(t).Milliseconds())
+			p.LastSuccess, p.LastSuccessAgeMS = &t, &age
+		}
+		out.Peers = append(out.Peers, p)
+	}
+	return out
+}
+
 // handleStats reports the Client's stats.
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 	st := s.c.Stats()
@@ -72,6 +125,7 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 			Restores: d.Restores, ViewRepairs: d.Repairs, ViewBehind: d.Behind,
 		},
 		Rebalance:  rebalanceStats{Checks: st.Rebalance.Checks, Moved: st.Rebalance.Moved, Failed: st.Rebalance.Failed},
+		Regions:    regions(s.c.Region(), st.Regions),
 		NodeBudget: s.cfg.NodeBudget,
 		Errors:     s.metrics.errorCounts(),
 	}

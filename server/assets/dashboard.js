@@ -3,7 +3,9 @@
 // writes per second reaching each node, with the node budget as a line;
 // the loss window (unflushed deltas, oldest unflushed age, checkpoint
 // age), errors and back-pressure; the hottest keys, the nodes, the
-// chosen counter's sub-counters and automatic-N decisions.
+// chosen counter's sub-counters and automatic-N decisions; this region's
+// links to its peer regions (lag, records and bytes shipped, link errors,
+// last success) and whether this process holds the shipping lease.
 //
 // Tables are updated in place (a row is kept while its key is shown), so
 // that rows under the cursor are not replaced every second. Every value
@@ -17,7 +19,7 @@
   const state = {
     chosen: decodeURIComponent(location.hash.slice(1)), userChose: false,
     token: sessionStorage.getItem(TOKEN_KEY) || "",
-    abs: newHistory(), loss: newHistory(), absKey: "",
+    abs: newHistory(), loss: newHistory(), absKey: "", regions: null,
   };
   if (state.chosen) state.userChose = true;
 
@@ -34,7 +36,7 @@
     return j;
   }
 
-  // sync makes tbody's rows those of rows ({id, cells: [{text, cls}],
+  // sync makes tbody's rows those of rows ({id, cells: [{text, cls, title}],
   // cls, key}), in order, updating kept rows in place.
   function sync(sel, rows) {
     const tb = $(sel);
@@ -54,6 +56,8 @@
         if (td.textContent !== c.text) td.textContent = c.text;
         const cls = c.cls || "";
         if (td.className !== cls) td.className = cls;
+        const title = c.title || "";
+        if (td.title !== title) td.title = title;
       });
       const cls = row.cls || "";
       if (tr.className !== cls) tr.className = cls;
@@ -68,6 +72,7 @@
 
   const fmtRate = (v) => v >= 100 ? v.toFixed(0) : v.toFixed(2);
   const fmtSecs = (ms) => ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+  const fmtBytes = (n) => n < 1024 ? n + " B" : n < 1048576 ? (n / 1024).toFixed(1) + " KiB" : (n / 1048576).toFixed(1) + " MiB";
 
   // A history is a time column and named value columns; a column that
   // appears later is filled with nulls before it.
@@ -191,6 +196,8 @@
       sync("#errors tbody", errs.length ? errs.map(([c, n]) => ({ id: c, cells: [{ text: c }, { text: String(n), cls: "num" }] }))
         : [{ id: "none", cells: [{ text: "none" }, { text: "0", cls: "num" }] }]);
 
+      showRegions(stats.regions, now);
+
       const ds = (hot.decisions || []).slice(-8).reverse();
       sync("#decisions tbody", ds.length ? ds.map((x) => ({ id: x.at + " " + x.key, cells: [
         { text: new Date(x.at).toLocaleTimeString() }, { text: x.key, cls: "key" },
@@ -209,6 +216,36 @@
       }
       $("#status").className = "err";
     }
+  }
+
+  // showRegions fills the Regions panel from /v1/stats: this region, the
+  // shipping lease, and a row per peer link; records/s is the change of
+  // the shipped records since the previous poll.
+  function showRegions(r, now) {
+    const prev = state.regions;
+    state.regions = { t: now, records: new Map() };
+    $("#regions-msg").hidden = r.enabled;
+    $("#region-links").hidden = !r.enabled;
+    if (!r.enabled) {
+      setTile("#t-region", "off", false);
+      setTile("#t-lease", "–", false);
+      $("#regions-msg").textContent = "Regions are off: this server was started without a region (region: and peers: in its configuration).";
+      sync("#region-links tbody", []);
+      return;
+    }
+    setTile("#t-region", r.region, false);
+    setTile("#t-lease", r.shipping ? "held here" : r.peers.length ? "another process" : "no peers", false);
+    sync("#region-links tbody", r.peers.map((p) => {
+      state.regions.records.set(p.peer, p.shipped_records);
+      const before = prev && prev.records.get(p.peer);
+      const rate = before === undefined || now <= prev.t ? "" : fmtRate(Math.max(0, p.shipped_records - before) / (now - prev.t));
+      return { id: p.peer, cells: [
+        { text: p.peer }, { text: p.lag_ms == null ? "–" : fmtSecs(p.lag_ms), cls: "num lag" },
+        { text: String(p.link_errors), cls: "num errors" + (p.last_error ? " bad" : ""), title: p.last_error },
+        { text: p.last_success_age_ms != null ? fmtSecs(p.last_success_age_ms) + " ago" : r.shipping ? "never" : "–", cls: "num age" },
+        { text: rate, cls: "num rate" }, { text: String(p.shipped_records), cls: "num records" },
+        { text: fmtBytes(p.shipped_bytes), cls: "num bytes" }] };
+    }));
   }
 
   async function showShards(key) {
