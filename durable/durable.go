@@ -94,7 +94,11 @@
 // SetDeadlines records when counters expire (table deadlines); a counter
 // whose deadline passed is cleared by the clean-up pass of its user
 // (internal/durability), which DueDeadlines feeds. ClearCounter removes the
-// record.
+// record. LoadDeadlines gives a restore or a rebuild the deadline of the
+// counters whose values it writes back. When another counter started
+// under the key after the deadline and lives on, the pass uses ClearEnded:
+// what the old one left goes as with ClearCounter, but the metadata and
+// the deadline record, the living counter's, stay.
 //
 // # Group commit
 //
@@ -322,6 +326,11 @@ type Lifecycle interface {
 	// (the latest at wins), kept for the tombstone retention after at (or
 	// after now, when at is later). IDs are kept.
 	ClearCounter(ctx context.Context, key string, at time.Time) error
+	// ClearEnded is ClearCounter of a counter that ended at at while
+	// another counter started under its key since and lives on: the
+	// same rows go, but the metadata and the deadline record, which are
+	// the living counter's, are kept.
+	ClearEnded(ctx context.Context, key string, at time.Time) error
 	// Tombstones returns the tombstones of keys; keys never cleared, or
 	// whose tombstone was pruned, are absent.
 	Tombstones(ctx context.Context, keys []string) (map[string]time.Time, error)

@@ -74,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) durable.Backend, old func(t *test
 		{"LargeValuesStayExact", testLargeValues},
 		{"ClearCounter", testClear},
 		{"ClearKeepsOtherCounters", testClearOthers},
+		{"ClearEndedKeepsTheLivingCounter", testClearEnded},
 		{"TombstonePruning", testTombstonePrune},
 		{"StatsAndStoreID", testStats},
 		{"MetaBatchAndDelete", testMetaBatch},

@@ -94,6 +94,37 @@ func testClear(t *testing.T, open func(t *testing.T) durable.Backend) {
 	}
 }
 
+// testClearEnded: ClearEnded removes what a counter that ended at a time
+// left (older checkpoints and events, its rollup total) and records the
+// tombstone, but keeps the metadata and the deadline record of the
+// counter that lives on under the key, and its newer checkpoints.
+func testClearEnded(t *testing.T, open func(t *testing.T) durable.Backend) {
+	b := openT(t, open)
+	ctx := ctxT(t)
+	const key = "k"
+	end := clock.Start.Add(time.Minute)
+	old, live := keyspace.SubKey(key, "0"), keyspace.SubKey(key, "1")
+	must(t, b.SaveCheckpoints(ctx, []durable.Checkpoint{cp(old, 4, end.Add(-time.Second)), cp(live, 6, end.Add(time.Second))}))
+	appendOK(t, b, durable.Event{Key: key, Delta: 5, ID: "old", At: end.Add(-time.Second)})
+	must(t, b.SaveMeta(ctx, key, []byte("living")))
+	later := end.Add(time.Hour)
+	must(t, b.SetDeadlines(ctx, map[string]time.Time{key: later}, false))
+	must(t, b.ClearEnded(ctx, key, end))
+	wantCheckpoints(t, b, []string{old, live}, live)
+	wantExact(t, b, key, 0)
+	if m, err := b.LoadMeta(ctx, key); err != nil || string(m) != "living" {
+		t.Fatalf("LoadMeta after ClearEnded = %q, %v; want the living counter's", m, err)
+	}
+	if d, err := b.LoadDeadlines(ctx, []string{key}); err != nil || !d[key].Equal(later) {
+		t.Fatalf("LoadDeadlines after ClearEnded = %v, %v; want %v", d, err, later)
+	}
+	tomb, err := b.Tombstones(ctx, []string{key})
+	must(t, err)
+	if !tomb[key].Equal(end) {
+		t.Fatalf("tombstone after ClearEnded = %v, want %v", tomb[key], end)
+	}
+}
+
 // testClearOthers: clearing "a" leaves "a#b" (whose sub-keys start like
 // a's), "ab" and the rest alone.
 func testClearOthers(t *testing.T, open func(t *testing.T) durable.Backend) {

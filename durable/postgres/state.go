@@ -53,6 +53,15 @@ func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) err
 // the magnitude gate as a batch checked exactly does, so that the batches
 // in flight commit before it deletes (see the package documentation).
 func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
+	return db.clear(ctx, key, at, false)
+}
+
+// ClearEnded implements durable.Lifecycle as ClearCounter does.
+func (db *DB) ClearEnded(ctx context.Context, key string, at time.Time) error {
+	return db.clear(ctx, key, at, true)
+}
+
+func (db *DB) clear(ctx context.Context, key string, at time.Time, ended bool) error {
 	if err := sqlkit.ClearKey(key); err != nil {
 		return err
 	}
@@ -67,7 +76,7 @@ func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error 
 		if _, err := tx.Exec(ctx, gateExact); err != nil {
 			return err
 		}
-		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())
+		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now(), ended)
 	})
 	return wrap("clear", err)
 }

@@ -36,11 +36,20 @@ func (db *DB) SaveCheckpoints(ctx context.Context, cps []durable.Checkpoint) err
 
 // ClearCounter implements durable.Lifecycle in one transaction.
 func (db *DB) ClearCounter(ctx context.Context, key string, at time.Time) error {
+	return db.clear(ctx, key, at, false)
+}
+
+// ClearEnded implements durable.Lifecycle in one transaction.
+func (db *DB) ClearEnded(ctx context.Context, key string, at time.Time) error {
+	return db.clear(ctx, key, at, true)
+}
+
+func (db *DB) clear(ctx context.Context, key string, at time.Time, ended bool) error {
 	if err := sqlkit.ClearKey(key); err != nil {
 		return err
 	}
 	return db.inTx(ctx, "clear", func(tx *sql.Tx) error {
-		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now())
+		return sqlkit.Clear(ctx, conn{tx}, dialect, key, at, db.clock.Now(), ended)
 	})
 }
 

@@ -177,7 +177,8 @@ type checkpointer struct {
 	topo     *store.Topology               // the topology sentKeys belongs to
 	sentKeys []string                      // sentinel key per node index ("" without slots)
 	restores []Restore
-	mark     int64 // this store's mark (0: the store has no identity)
+	mark     int64                 // this store's mark (0: the store has no identity)
+	dls      map[string]recordedDL // counter key → deadline this process recorded with its checkpoints
 
 	lastRound                                          atomic.Int64 // unix ns of the last good round
 	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
@@ -188,6 +189,7 @@ func (ck *checkpointer) init(d *Service) {
 	ck.d = d
 	ck.kick = make(chan struct{}, 1)
 	ck.saved = map[string]map[string]savedCP{}
+	ck.dls = map[string]recordedDL{}
 	ck.known = map[string]int64{}
 	ck.lastOK = map[string]time.Time{}
 	ck.mark = storeMark(d.be.StoreID())
@@ -296,6 +298,7 @@ func (ck *checkpointer) takeClears() map[string]bool {
 	out := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		out[k] = true
+		delete(ck.dls, k)
 		if _, watched := ck.touched.Load(k); watched {
 			ck.saved[k] = map[string]savedCP{} // known, with nothing saved
 		} else {
@@ -428,6 +431,7 @@ func (ck *checkpointer) watched() []string {
 				delete(ck.saved[key], sub)
 			}
 			delete(ck.saved, key)
+			delete(ck.dls, key)
 			return true
 		}
 		keys = append(keys, key)
@@ -478,8 +482,22 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	if len(cps) == 0 {
 		return 0, skipped, nil
 	}
+	dls, err := ck.deadlinesToRecord(ctx, cps, at)
+	if err != nil {
+		return 0, skipped, fmt.Errorf("checkpoint deadlines: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	defer cancel()
+	if len(dls) > 0 {
+		// Before the values: no checkpoint is restored without the
+		// deadline its counter had.
+		if dls, err = d.recordExact(ctx, dls); err != nil {
+			return 0, skipped, fmt.Errorf("checkpoint deadlines: %w", err)
+		}
+		for k, dl := range dls {
+			ck.dls[k] = recordedDL{at: dl, known: true}
+		}
+	}
 	if err := d.be.SaveCheckpoints(sctx, cps); err != nil {
 		return 0, skipped, fmt.Errorf("checkpoint save: %w", err)
 	}
@@ -496,6 +514,68 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 	}
 	ck.nsaved.Add(uint64(len(cps)))
 	return len(cps), skipped, nil
+}
+
+// recordedDL is the deadline this process recorded for a counter with its
+// checkpoints; known is false until it did.
+type recordedDL struct {
+	at    time.Time
+	known bool
+}
+
+// deadlinesToRecord returns the deadlines to record with the checkpoints
+// cps, read at now: those of their counters in a namespace with a TTL that
+// this process has not recorded yet, or whose recorded deadline passed (a
+// counter started again under the key). They are read from the cache,
+// exactly (a cold counter's key, a sharded one's record), so a counter
+// first written by another process, or whose estimate the clean-up pass
+// has not written yet, comes back from these checkpoints with the
+// deadline it had. A deadline set with Expire or removed with Persist is
+// recorded by the call itself; a counter the cache no longer holds gets
+// nothing.
+func (ck *checkpointer) deadlinesToRecord(ctx context.Context, cps []durable.Checkpoint, now time.Time) (map[string]time.Time, error) {
+	d := ck.d
+	var keys []string
+	seen := map[string]bool{}
+	for _, cp := range cps {
+		key, _, ok := keyspace.ParseSubKey(cp.Key)
+		if !ok || seen[key] || d.ns.Lookup(key).TTL <= 0 {
+			continue
+		}
+		seen[key] = true
+		if r := ck.dls[key]; r.known && (r.at.IsZero() || now.Before(r.at)) {
+			continue
+		}
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ds, err := d.cacheDeadlines(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for i, k := range keys {
+		if ds[i].Exists {
+			out[k] = ds[i].At
+		}
+	}
+	return out, nil
+}
+
+// saveNow reads and saves every sub-counter of counter key now, whether
+// or not this process saved the same values before.
+func (ck *checkpointer) saveNow(ctx context.Context, key string) error {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	topo, err := ck.topology(ctx)
+	if err != nil {
+		return err
+	}
+	delete(ck.saved, key)
+	_, _, err = ck.save(ctx, topo, []string{key})
+	return err
 }
 
 // allZero reports whether every value is 0.

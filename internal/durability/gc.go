@@ -18,12 +18,38 @@ import (
 // A clear is recorded in the durable store at once (ClearCounter: the
 // counter's checkpoints, metadata, rollup total and log events go, and a
 // tombstone keeps a late checkpoint, a restore or a rebuild from bringing
-// the counter back). A deadline is recorded too (durable.SetDeadlines):
-// exactly when it is set with Expire (Persist removes it), and, for a
-// counter of a namespace with a TTL, as an upper bound: the time this
-// process first saw it written, plus the TTL (a counter's deadline is TTL
-// after its first write, so it is never later than that). Such notes are
-// written by the clean-up pass, batched; a note never replaces a record.
+// the counter back).
+//
+// # A deadline is part of the counter
+//
+// Every copy of a counter's value carries its deadline, so that no copy
+// outlives the counter. The durable store records deadlines in one table
+// (durable.SetDeadlines), beside the checkpoints and the log:
+//
+//   - Expire records the deadline exactly, Persist removes it.
+//   - In a namespace with a TTL, the deadline is TTL after the counter's
+//     first write, given by the cache (PEXPIREAT … NX with the write). The
+//     checkpoint round reads it from the cache (the cold key's deadline,
+//     or a sharded counter's record) for the counters it saves that it has
+//     not recorded one for, and records it before it saves their values;
+//     the clean-up pass does the same for the counters this process wrote
+//     (durable-mode ones too). Both record what the cache holds, exact
+//     whichever process wrote first, and replace an estimate; neither
+//     replaces a record that has passed (the sweep settles it first). A
+//     counter the cache does not hold yet (a delta not flushed) is noted
+//     with an estimate, the time this process saw it written plus the TTL,
+//     which never replaces a record.
+//   - A restore after a node came back empty (at start, too), a rebuild of
+//     a durable counter's view and a repair by the healer give the
+//     sub-counters they write the recorded deadline (the cold one exactly
+//     at it, the others store.DeadlineGrace later), or this process's
+//     pending estimate; a counter whose deadline passed is not written
+//     back at all.
+//   - Grows and folds happen in the cache: a new sub-counter takes the
+//     counter's deadline from its record, and a fold moves values into a
+//     sub-counter that keeps its own.
+//
+// # The clean-up pass
 //
 // The clean-up pass runs every CleanupInterval. It writes the pending
 // notes, then takes the deadline records that have passed, oldest first,
@@ -31,8 +57,14 @@ import (
 // record is never earlier than its counter's deadline (Expire and Persist
 // rewrite it), so the counter it names has ended by then, even when its
 // cache node lost its data. The cache is asked about each key: when a
-// counter started again under it since (or was extended), only what is
-// older than that counter is cleared and the record moves to its deadline.
+// counter started again under it since (or was extended), it lives on,
+// and only what is older than it is cleared (ClearEnded): its values are
+// checkpointed again first (a value equal to the old counter's last
+// checkpoint was never saved again), a sharded one keeps its metadata,
+// and the record moves to its deadline (or goes, when it has none). A
+// counter the cache no longer serves loses every row. The pass never
+// touches the cache.
+//
 // Then the pass prunes IDs and tombstones past their retention (the
 // tombstone of a clear as of a past deadline counts its retention from
 // the deadline) and measures the store (durable.Stats) for the metrics.
@@ -158,7 +190,7 @@ func (d *Service) Cleanup(ctx context.Context) (CleanupReport, error) {
 	d.gc.pending = nil
 	d.gc.mu.Unlock()
 	if len(notes) > 0 {
-		if err := d.be.SetDeadlines(ctx, notes, true); err != nil {
+		if err := d.writeNotes(ctx, notes); err != nil {
 			errs = append(errs, fmt.Errorf("note deadlines: %w", err))
 			d.gc.mu.Lock() // keep them for the next pass
 			if d.gc.pending == nil {
@@ -209,6 +241,70 @@ func (d *Service) Cleanup(ctx context.Context) (CleanupReport, error) {
 	}
 	d.gc.lastPass.Store(d.cfg.Clock.Now().UnixNano())
 	return rep, nil
+}
+
+// writeNotes writes the deadlines of the counters this process noted
+// written in a namespace with a TTL: the deadline the cache holds, which
+// is exact, for the counters it holds (replacing an estimate another
+// process wrote), and the estimate notes gives for the others (a delta
+// not flushed yet), which never replaces a record. A counter the cache
+// holds without a deadline was persisted, and its record removed then.
+func (d *Service) writeNotes(ctx context.Context, notes map[string]time.Time) error {
+	keys := make([]string, 0, len(notes))
+	for k := range notes {
+		keys = append(keys, k)
+	}
+	ds, err := d.cacheDeadlines(ctx, keys)
+	if err != nil {
+		return err
+	}
+	exact, est := map[string]time.Time{}, map[string]time.Time{}
+	for i, k := range keys {
+		switch {
+		case ds[i].Exists && !ds[i].At.IsZero():
+			exact[k] = ds[i].At
+		case !ds[i].Exists:
+			est[k] = notes[k]
+		}
+	}
+	if exact, err = d.recordExact(ctx, exact); err != nil {
+		return err
+	}
+	for k, at := range exact {
+		d.gc.noted.Store(k, at.UnixNano())
+	}
+	return d.be.SetDeadlines(ctx, est, true)
+}
+
+// recordExact records the deadlines dls, read from the cache, over the
+// records of their counters, except over a record that has passed: the
+// counter it names ended then, and the next sweep clears what it left
+// before it moves the record to the counter that lives on. It returns the
+// deadlines recorded.
+func (d *Service) recordExact(ctx context.Context, dls map[string]time.Time) (map[string]time.Time, error) {
+	if len(dls) == 0 {
+		return dls, nil
+	}
+	keys := make([]string, 0, len(dls))
+	for k := range dls {
+		keys = append(keys, k)
+	}
+	recs, err := d.loadDeadlines(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.Clock.Now()
+	for k, rec := range recs {
+		if !now.Before(rec) {
+			delete(dls, k)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	defer cancel()
+	if err := d.be.SetDeadlines(ctx, dls, false); err != nil {
+		return nil, err
+	}
+	return dls, nil
 }
 
 // sweep settles the deadline records that have passed, batch by batch,
@@ -304,16 +400,73 @@ func (d *Service) settle(ctx context.Context, key string, rec, now time.Time) (a
 	if ttl := d.ns.Lookup(key).TTL; exists && !at.IsZero() && ttl > 0 && at.Add(-ttl).Before(end) {
 		end = at.Add(-ttl)
 	}
+	clear := d.be.ClearCounter
+	if exists {
+		// A counter lives on under the key: its store side stays. Its
+		// values are saved now, newer than end (a value it shares with
+		// the old counter's last checkpoint was never saved again), and
+		// a sharded one keeps its metadata.
+		sharded, err := d.liveSide(ctx, key)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if sharded {
+			clear = d.be.ClearEnded
+		}
+	}
 	cctx, cancel = context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
 	defer cancel()
-	if err := d.be.ClearCounter(cctx, key, end); err != nil {
+	if err := clear(cctx, key, end); err != nil {
 		return time.Time{}, false, err
+	}
+	if exists && at.IsZero() {
+		// Lives on without a deadline: no record is left for it.
+		if err := d.be.SetDeadlines(cctx, map[string]time.Time{key: {}}, false); err != nil {
+			return time.Time{}, false, err
+		}
 	}
 	if !exists {
 		d.ck.cleared(key)
 		d.gc.noted.Delete(key)
 	}
 	return at, exists && !at.IsZero(), nil
+}
+
+// liveSide saves the store side of counter key, which lives in the cache
+// past a deadline record of an older counter, before the pass clears what
+// the older one left: the checkpoints of a fast-mode counter, read now. It
+// reports whether the counter has a metadata record (sharded), which the
+// clear must then keep.
+func (d *Service) liveSide(ctx context.Context, key string) (sharded bool, err error) {
+	if mm := d.eng.Meta(); mm != nil {
+		mctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+		mt, err := mm.Meta(mctx, key)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		sharded = mt.Epoch > 0
+	}
+	if d.ns.Lookup(key).Mode == ns.ModeDurable {
+		return sharded, nil // its log events after the end stay
+	}
+	return sharded, d.ck.saveNow(ctx, key)
+}
+
+// cacheDeadlines reads from the cache whether each counter of keys exists
+// and its deadline (engine.Deadlines), ckCounters at a time.
+func (d *Service) cacheDeadlines(ctx context.Context, keys []string) ([]store.Deadline, error) {
+	out := make([]store.Deadline, 0, len(keys))
+	for start := 0; start < len(keys); start += ckCounters {
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+		ds, err := d.eng.Deadlines(cctx, keys[start:min(start+ckCounters, len(keys))])
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
 }
 
 // pastNote reports whether this process noted a deadline of key (an

@@ -356,6 +356,10 @@ func (h *healer) sweepChunk(ctx context.Context, keys []string, seen map[string]
 	if err != nil {
 		return fmt.Errorf("heal: %w", err)
 	}
+	dls, err := d.recordedDeadlines(ctx, cands)
+	if err != nil {
+		return fmt.Errorf("heal: %w", err)
+	}
 	var ops []store.IncrOp
 	for _, k := range cands {
 		o := h.obs[k]
@@ -367,7 +371,13 @@ func (h *healer) sweepChunk(ctx context.Context, keys []string, seen map[string]
 		if err != nil {
 			return fmt.Errorf("heal %q: %w", k, err)
 		}
-		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(k, write[0]), Delta: o.diff, TTL: healTokenTTL,
+		expireAt, ended := viewDeadline(dls, k, write[0], now)
+		if ended {
+			delete(h.obs, k) // the clean-up pass clears its log
+			delete(h.behind, k)
+			continue
+		}
+		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(k, write[0]), Delta: o.diff, TTL: healTokenTTL, ExpireAt: expireAt,
 			TokenKey: keyspace.AuxKey(k, write[0], "heal", strconv.FormatInt(o.at.UnixNano(), 10)+"."+strconv.FormatInt(o.diff, 10))})
 	}
 	if len(ops) == 0 {

@@ -225,6 +225,11 @@ func (d *Service) rebuildChunk(ctx context.Context, keys []string, token string,
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
+	dls, err := d.recordedDeadlines(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	now := d.cfg.Clock.Now()
 	var ops []store.IncrOp
 	for _, r := range reads {
 		rep.Keys++
@@ -244,7 +249,11 @@ func (d *Service) rebuildChunk(ctx context.Context, keys []string, token string,
 		if err != nil {
 			return fmt.Errorf("rebuild %q: %w", r.Key, err)
 		}
-		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(r.Key, write[0]), Delta: diff,
+		expireAt, ended := viewDeadline(dls, r.Key, write[0], now)
+		if ended {
+			continue // gone: the clean-up pass clears its log
+		}
+		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(r.Key, write[0]), Delta: diff, ExpireAt: expireAt,
 			TokenKey: keyspace.AuxKey(r.Key, write[0], "rebuild", token)})
 	}
 	for attempt := 0; len(ops) > 0; attempt++ {

@@ -108,15 +108,9 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		// with the one it had (the cold one exactly at the counter's, the
 		// others store.DeadlineGrace later), and a counter that ended
 		// while its node was away does not come back at all.
-		var expireAt time.Time
-		if dl, ok := deadlines[key]; ok {
-			if !now.Before(dl) {
-				continue
-			}
-			expireAt = dl
-			if label != keyspace.ColdLabel {
-				expireAt = dl.Add(store.DeadlineGrace)
-			}
+		expireAt, ended := viewDeadline(deadlines, key, label, now)
+		if ended {
+			continue
 		}
 		age := max(now.Sub(cp.At), 0)
 		if s, ok := ck.saved[key][cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
@@ -168,10 +162,36 @@ func (ck *checkpointer) deadlines(ctx context.Context, node string, topo *store.
 		seen[key] = true
 		keys = append(keys, key)
 	}
+	return ck.d.recordedDeadlines(ctx, keys)
+}
+
+// recordedDeadlines returns the deadlines the durable store records for
+// keys (exact: set with Expire, or read from the cache by a checkpoint
+// round or the clean-up pass) and, for a key without a record, the
+// estimate this process noted and has not written yet.
+func (d *Service) recordedDeadlines(ctx context.Context, keys []string) (map[string]time.Time, error) {
+	out, err := d.loadDeadlines(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	d.gc.mu.Lock()
+	for _, k := range keys {
+		if at, ok := d.gc.pending[k]; ok {
+			if _, rec := out[k]; !rec {
+				out[k] = at
+			}
+		}
+	}
+	d.gc.mu.Unlock()
+	return out, nil
+}
+
+// loadDeadlines returns the deadline records of keys.
+func (d *Service) loadDeadlines(ctx context.Context, keys []string) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	for start := 0; start < len(keys); start += ckChunk {
-		lctx, cancel := context.WithTimeout(ctx, commitTimeout(ck.d.cfg.Timeout))
-		m, err := ck.d.be.LoadDeadlines(lctx, keys[start:min(start+ckChunk, len(keys))])
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+		m, err := d.be.LoadDeadlines(lctx, keys[start:min(start+ckChunk, len(keys))])
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("deadlines: %w", err)
@@ -181,6 +201,25 @@ func (ck *checkpointer) deadlines(ctx context.Context, node string, topo *store.
 		}
 	}
 	return out, nil
+}
+
+// viewDeadline returns the deadline a value written back to sub-counter
+// label of key takes: the counter's deadline from dls (the cold
+// sub-counter exactly at it, the others store.DeadlineGrace later), or
+// none. ended reports that the deadline has passed at now: the counter is
+// gone and nothing is written back.
+func viewDeadline(dls map[string]time.Time, key, label string, now time.Time) (at time.Time, ended bool) {
+	dl, ok := dls[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	if !now.Before(dl) {
+		return time.Time{}, true
+	}
+	if label != keyspace.ColdLabel {
+		dl = dl.Add(store.DeadlineGrace)
+	}
+	return dl, false
 }
 
 // restoreMetas restores the label-set records that node held, of the

@@ -257,6 +257,44 @@ func (e *Engine) Deadline(ctx context.Context, key string) (time.Time, bool, err
 	return ds[0].At, ds[0].Exists || e.Pending(key) != 0, nil
 }
 
+// Deadlines returns what the cache knows of the life of each counter of
+// keys: whether it exists there and its deadline (zero: none), as
+// Deadline does for one, in one metadata look-up and one pipelined read
+// of the cold sub-counters. Buffered deltas are not looked at: this is
+// what the cache holds, for the copies the durable store keeps.
+func (e *Engine) Deadlines(ctx context.Context, keys []string) ([]store.Deadline, error) {
+	if e.exp == nil || e.meta == nil {
+		return nil, ErrNoExpiry
+	}
+	_, found, err := e.meta.ReadSets(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	now := e.cfg.Clock.Now()
+	out := make([]store.Deadline, len(keys))
+	var cold []string
+	var at []int
+	for i, k := range keys {
+		if found[i] {
+			d := e.meta.CachedDeadline(k)
+			out[i] = store.Deadline{Exists: d.IsZero() || now.Before(d), At: d}
+			continue
+		}
+		cold = append(cold, keyspace.SubKey(k, keyspace.ColdLabel))
+		at = append(at, i)
+	}
+	if len(cold) > 0 {
+		ds, err := e.exp.Deadlines(ctx, cold)
+		if err != nil {
+			return nil, err
+		}
+		for j, d := range ds {
+			out[at[j]] = d
+		}
+	}
+	return out, nil
+}
+
 // Exists returns how many of keys are counters that exist: a sharded
 // counter before its deadline, a cold counter whose key exists, a counter
 // with a delta buffered in this process. A key named twice counts twice,

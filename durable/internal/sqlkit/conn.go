@@ -134,7 +134,10 @@ func Tombstones(ctx context.Context, c Conn, d Dialect, keys []string) (map[stri
 // PostgreSQL that waits for the batches of the key in flight (with the
 // gate the caller holds, for every batch in flight), so that the deletes
 // of its log rows that follow see them.
-func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time) error {
+//
+// With ended (durable.Lifecycle.ClearEnded), the metadata and the
+// deadline record are kept: they belong to the counter that lives on.
+func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Time, ended bool) error {
 	lo, hi := SubKeyRange(key)
 	subs, err := Strings(ctx, tx, `SELECT key FROM checkpoints WHERE key >= $1 AND key < $2`, lo, hi)
 	if err != nil {
@@ -147,21 +150,25 @@ func Clear(ctx context.Context, tx Conn, d Dialect, key string, at, now time.Tim
 		}
 	}
 	for _, q := range []struct {
-		sql  string
-		args []any
+		sql   string
+		args  []any
+		owned bool // the living counter's, kept by ClearEnded
 	}{
-		{`DELETE FROM bounds WHERE key = $1`, []any{key}},
-		{`DELETE FROM events WHERE key = $1 AND at_ns <= $2`, []any{key, Nanos(at)}},
-		{`DELETE FROM totals WHERE key = $1`, []any{key}},
-		{`DELETE FROM meta WHERE key = $1`, []any{key}},
-		{`DELETE FROM deadlines WHERE key = $1`, []any{key}},
-		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1) + ` AND at_ns <= $2`, []any{d.List(mine), Nanos(at)}},
+		{`DELETE FROM bounds WHERE key = $1`, []any{key}, false},
+		{`DELETE FROM events WHERE key = $1 AND at_ns <= $2`, []any{key, Nanos(at)}, false},
+		{`DELETE FROM totals WHERE key = $1`, []any{key}, false},
+		{`DELETE FROM meta WHERE key = $1`, []any{key}, true},
+		{`DELETE FROM deadlines WHERE key = $1`, []any{key}, true},
+		{`DELETE FROM checkpoints WHERE ` + d.In("key", 1) + ` AND at_ns <= $2`, []any{d.List(mine), Nanos(at)}, false},
 		{`INSERT INTO clears (key, at_ns, cleared_ns) VALUES ($1, $2, $3)
 			ON CONFLICT (key) DO UPDATE SET
 				cleared_ns = CASE WHEN excluded.cleared_ns > clears.cleared_ns THEN excluded.cleared_ns ELSE clears.cleared_ns END,
 				at_ns = CASE WHEN excluded.at_ns > clears.at_ns THEN excluded.at_ns ELSE clears.at_ns END`,
-			[]any{key, Nanos(at), min(now.UnixNano(), Nanos(at))}},
+			[]any{key, Nanos(at), min(now.UnixNano(), Nanos(at))}, false},
 	} {
+		if ended && q.owned {
+			continue
+		}
 		if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 			return err
 		}
