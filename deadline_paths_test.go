@@ -401,3 +401,83 @@ func TestDeadlineAcrossHeatAndCool(t *testing.T) {
 		sameDeadline(t, c, k, sent[k], want[k], "folded back when cool")
 	}
 }
+
+// TestDeadlineSurvivesHealing: the healer repairs the views of durable-mode
+// counters lost with their cache node with their deadline (set with
+// Expire, and from a namespace's TTL), and does not write back a counter
+// whose deadline passed while its log waits for the clean-up pass. Before,
+// the repaired views had no deadline, and the expired counter came back.
+func TestDeadlineSurvivesHealing(t *testing.T) {
+	ctx := context.Background()
+	be := pgStore(t)
+	run := uniqueKey(t)
+	const heal = 300 * time.Millisecond
+	tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: time.Hour, Mode: hotcount.ModeDurable}
+	c := durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Defaults:   hotcount.Namespace{Mode: hotcount.ModeDurable},
+		Namespaces: []hotcount.Namespace{tmp},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour, HealInterval: heal},
+	})
+	expiring, ttl, ended := run+":expiring", tmp.Prefix+"1", run+":ended"
+	all := []string{expiring, ttl, ended}
+	t.Cleanup(func() {
+		for _, k := range all {
+			_ = c.Clear(context.Background(), k)
+		}
+	})
+	for _, k := range all {
+		if err := c.IncrID(ctx, k, 4, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, err := c.Expire(ctx, expiring, at); err != nil {
+		t.Fatal(err)
+	}
+	soon := time.Now().Add(time.Second)
+	if _, err := c.Expire(ctx, ended, soon); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{expiring: at, ttl: deadlineOf(t, c, ttl)}
+	time.Sleep(time.Until(soon) + 100*time.Millisecond)
+	if err := cluster.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Checkpoint(ctx); err != nil { // finds the nodes empty: a sweep starts
+		t.Fatal(err)
+	}
+	bound := time.Now().Add(durConvergeWait)
+	for {
+		done := 0
+		for _, k := range []string{expiring, ttl} {
+			if r, err := c.Get(ctx, k); err == nil && r.Value == 4 {
+				done++
+			}
+		}
+		if done == 2 {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("views not repaired after %v; stats %+v", durConvergeWait, c.Stats().Durability)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, k := range []string{expiring, ttl} {
+		sameDeadline(t, c, k, 4, want[k], "repaired by the healer")
+	}
+	time.Sleep(5 * heal) // several sweeps
+	if r, err := c.Get(ctx, ended); err != nil || r.Value != 0 {
+		t.Errorf("the healer wrote back a counter past its deadline: %+v %v", r, err)
+	}
+	if _, exists, err := c.Deadline(ctx, ended); err != nil || exists {
+		t.Errorf("a counter past its deadline exists again after healing (%v)", err)
+	}
+}
