@@ -43,9 +43,11 @@ func sameDeadline(t *testing.T, c *hotcount.Client, key string, want int64, at t
 // come back from checkpoints, after every primary lost its data, with the
 // deadline they had in the cache: one first written by another process
 // (this one's estimate of its deadline is later), one whose estimate was
-// not written yet when the cache was lost, and one sharded. Before, the
-// first came back with the later estimate and the second without a
-// deadline, outliving its TTL.
+// not written yet when the cache was lost, one sharded, and one sharded
+// whose metadata row the durable store lost (its record is rebuilt from
+// its labels). Before, the first came back with the later estimate, the
+// second without a deadline, outliving its TTL, and the last with a
+// record without a deadline.
 func TestTTLDeadlineSurvivesNodeRestore(t *testing.T) {
 	for _, ds := range durStores() {
 		t.Run(ds.name, func(t *testing.T) {
@@ -65,9 +67,9 @@ func TestTTLDeadlineSurvivesNodeRestore(t *testing.T) {
 				Reads:      hotcount.ReadConfig{NoCache: true},
 				Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour},
 			})
-			first, late, sharded := tmp.Prefix+"first", tmp.Prefix+"late", big.Prefix+"sharded"
+			first, late, sharded, bare := tmp.Prefix+"first", tmp.Prefix+"late", big.Prefix+"sharded", big.Prefix+"bare"
 			t.Cleanup(func() {
-				for _, k := range []string{first, late, sharded} {
+				for _, k := range []string{first, late, sharded, bare} {
 					_ = c.Clear(context.Background(), k)
 				}
 			})
@@ -75,7 +77,7 @@ func TestTTLDeadlineSurvivesNodeRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(20 * time.Millisecond) // this process sees it later
-			for _, k := range []string{first, sharded} {
+			for _, k := range []string{first, sharded, bare} {
 				if err := c.Incr(ctx, k, 2); err != nil {
 					t.Fatal(err)
 				}
@@ -93,8 +95,11 @@ func TestTTLDeadlineSurvivesNodeRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]time.Time{}
-			for _, k := range []string{first, late, sharded} {
+			for _, k := range []string{first, late, sharded, bare} {
 				want[k] = deadlineOf(t, c, k)
+			}
+			if err := be.DeleteMeta(ctx, bare); err != nil {
+				t.Fatal(err)
 			}
 			if err := cluster.FlushAll(ctx); err != nil {
 				t.Fatal(err)
@@ -105,6 +110,7 @@ func TestTTLDeadlineSurvivesNodeRestore(t *testing.T) {
 			sameDeadline(t, c, first, 3, want[first], "first written elsewhere, restored")
 			sameDeadline(t, c, late, 5, want[late], "estimate not written, restored")
 			sameDeadline(t, c, sharded, 2, want[sharded], "sharded, restored")
+			sameDeadline(t, c, bare, 2, want[bare], "sharded without a metadata row, restored")
 		})
 	}
 }

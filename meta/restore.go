@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/hotcount/hotcount/keyspace"
 )
@@ -16,10 +17,10 @@ import (
 // A record in the cache is left as it is. A missing one is restored from
 // the durable store when it holds one; otherwise, unless the labels need
 // no record (only the cold label, which every reader sums, or naive
-// labels), one is written with Write = Read = labels (epoch 1) and
-// mirrored. With dryRun nothing is written. restored reports whether a
-// record was (or would be) written.
-func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string, dryRun bool) (restored bool, err error) {
+// labels), one is written with Write = Read = labels (epoch 1) and the
+// counter's deadline (zero: none), and mirrored. With dryRun nothing is
+// written. restored reports whether a record was (or would be) written.
+func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string, deadline time.Time, dryRun bool) (restored bool, err error) {
 	labels = slices.DeleteFunc(slices.Clone(labels), func(l string) bool { return l == keyspace.ColdLabel })
 	if len(labels) == 0 {
 		return false, nil
@@ -53,6 +54,9 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 		slices.Sort(ls)
 		ls = slices.Compact(ls)
 		mt = Meta{Epoch: 1, Write: ls, Read: ls, Gen: m.newGen()}
+		if !deadline.IsZero() {
+			mt.Deadline = deadline.UnixMilli()
+		}
 		data = mt.encode()
 	}
 	ok, err := m.b.CASMeta(ctx, key, 0, data)

@@ -3,6 +3,7 @@ package meta_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/meta"
@@ -39,13 +40,13 @@ func TestRestoreRecord(t *testing.T) {
 	if _, ok, _ := s.GetMeta(ctx, "rr:a"); ok {
 		t.Fatal("PeekReadSet wrote a record")
 	}
-	if ok, err := m.RestoreRecord(ctx, "rr:a", want.Read[:2], true); err != nil || !ok {
+	if ok, err := m.RestoreRecord(ctx, "rr:a", want.Read[:2], time.Time{}, true); err != nil || !ok {
 		t.Fatalf("dry RestoreRecord = %v %v, want true", ok, err)
 	}
 	if _, ok, _ := s.GetMeta(ctx, "rr:a"); ok {
 		t.Fatal("dry RestoreRecord wrote a record")
 	}
-	if ok, err := m.RestoreRecord(ctx, "rr:a", want.Read[:2], false); err != nil || !ok {
+	if ok, err := m.RestoreRecord(ctx, "rr:a", want.Read[:2], time.Time{}, false); err != nil || !ok {
 		t.Fatalf("RestoreRecord = %v %v, want true", ok, err)
 	}
 	got, err := m.Meta(ctx, "rr:a")
@@ -53,14 +54,14 @@ func TestRestoreRecord(t *testing.T) {
 		t.Fatalf("restored %+v %v, want %+v", got, err, want)
 	}
 	// A record in the cache is left alone.
-	if ok, err := m.RestoreRecord(ctx, "rr:a", []string{"zz"}, false); err != nil || ok {
+	if ok, err := m.RestoreRecord(ctx, "rr:a", []string{"zz"}, time.Time{}, false); err != nil || ok {
 		t.Fatalf("RestoreRecord over a record = %v %v, want false", ok, err)
 	}
 
 	// No durable record: written from the labels that hold values, and
 	// mirrored.
 	labels := []string{"c", "a", "b", keyspace.ColdLabel, "a"}
-	if ok, err := m.RestoreRecord(ctx, "rr:b", labels, false); err != nil || !ok {
+	if ok, err := m.RestoreRecord(ctx, "rr:b", labels, time.Time{}, false); err != nil || !ok {
 		t.Fatalf("RestoreRecord(rr:b) = %v %v, want true", ok, err)
 	}
 	got, err = m.Meta(ctx, "rr:b")
@@ -71,8 +72,17 @@ func TestRestoreRecord(t *testing.T) {
 		t.Fatal("rr:b record not mirrored")
 	}
 
+	// A record written from the labels keeps the counter's deadline.
+	dl := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if ok, err := m.RestoreRecord(ctx, "rr:d", []string{"a", "b"}, dl, false); err != nil || !ok {
+		t.Fatalf("RestoreRecord(rr:d) = %v %v, want true", ok, err)
+	}
+	if got, err = m.Meta(ctx, "rr:d"); err != nil || got.Deadline != dl.UnixMilli() {
+		t.Fatalf("rr:d record %+v %v, want the deadline %v", got, err, dl)
+	}
+
 	// A cold counter has no record: nothing to restore.
-	if ok, err := m.RestoreRecord(ctx, "rr:c", []string{keyspace.ColdLabel}, false); err != nil || ok {
+	if ok, err := m.RestoreRecord(ctx, "rr:c", []string{keyspace.ColdLabel}, time.Time{}, false); err != nil || ok {
 		t.Fatalf("RestoreRecord(cold) = %v %v, want false", ok, err)
 	}
 	if _, ok, _ := s.GetMeta(ctx, "rr:c"); ok {

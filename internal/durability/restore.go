@@ -224,7 +224,9 @@ func viewDeadline(dls map[string]time.Time, key, label string, now time.Time) (a
 
 // restoreMetas restores the label-set records that node held, of the
 // counters with a non-zero checkpoint in cps, before their values come
-// back.
+// back. A record rebuilt from the labels (the durable store has none)
+// takes the counter's recorded deadline; a counter whose deadline passed
+// gets none.
 func (ck *checkpointer) restoreMetas(ctx context.Context, topo *store.Topology, node string, cps []durable.Checkpoint, r *Restore) error {
 	mm := ck.d.eng.Meta()
 	if mm == nil {
@@ -242,9 +244,18 @@ func (ck *checkpointer) restoreMetas(ctx context.Context, topo *store.Topology, 
 		}
 		labels[k] = append(labels[k], label)
 	}
+	dls, err := ck.d.recordedDeadlines(ctx, keys)
+	if err != nil {
+		return err
+	}
+	now := ck.d.cfg.Clock.Now()
 	for _, k := range keys {
+		dl, ok := dls[k]
+		if ok && !now.Before(dl) {
+			continue // ended: its values do not come back either
+		}
 		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
-		ok, err := mm.RestoreRecord(mctx, k, labels[k], r.DryRun)
+		ok, err := mm.RestoreRecord(mctx, k, labels[k], dl, r.DryRun)
 		cancel()
 		if err != nil {
 			return err
