@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/internal/engine"
 	"github.com/hotcount/hotcount/internal/ns"
 	"github.com/hotcount/hotcount/store"
 )
@@ -454,13 +455,17 @@ func (d *Service) liveSide(ctx context.Context, key string) (sharded bool, err e
 }
 
 // cacheDeadlines reads from the cache whether each counter of keys exists
-// and its deadline (engine.Deadlines), ckCounters at a time.
+// and its deadline (engine.Deadlines), ckCounters at a time. A cache that
+// keeps no deadlines knows of none.
 func (d *Service) cacheDeadlines(ctx context.Context, keys []string) ([]store.Deadline, error) {
 	out := make([]store.Deadline, 0, len(keys))
 	for start := 0; start < len(keys); start += ckCounters {
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 		ds, err := d.eng.Deadlines(cctx, keys[start:min(start+ckCounters, len(keys))])
 		cancel()
+		if errors.Is(err, engine.ErrNoExpiry) {
+			return make([]store.Deadline, len(keys)), nil
+		}
 		if err != nil {
 			return nil, err
 		}
