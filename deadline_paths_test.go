@@ -2,6 +2,7 @@ package hotcount_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -485,5 +486,55 @@ func TestDeadlineSurvivesHealing(t *testing.T) {
 	}
 	if _, exists, err := c.Deadline(ctx, ended); err != nil || exists {
 		t.Errorf("a counter past its deadline exists again after healing (%v)", err)
+	}
+}
+
+// TestFoldIntoMissingSubCounterKeepsDeadline: on a Redis Cluster, sharded
+// counters of a namespace with a TTL, each written once (one sub-counter
+// holds the value, the others were never created), folded to one label:
+// the label that receives the value keeps or takes the counter's deadline
+// (plus the grace), so no sub-counter outlives the counter.
+func TestFoldIntoMissingSubCounterKeepsDeadline(t *testing.T) {
+	ctx := context.Background()
+	run := uniqueKey(t)
+	big := hotcount.Namespace{Prefix: run + ":big:", TTL: time.Hour, NoColdStart: true, N: 4}
+	c := durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Namespaces: []hotcount.Namespace{big},
+		Meta:       hotcount.MetaConfig{TTL: 20 * time.Millisecond},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+	})
+	st := openCluster(t)
+	var keys []string
+	for i := range 8 {
+		keys = append(keys, fmt.Sprintf("%s%d", big.Prefix, i))
+	}
+	t.Cleanup(func() {
+		for _, k := range keys {
+			_ = c.Clear(context.Background(), k)
+		}
+	})
+	for _, k := range keys {
+		if err := c.Incr(ctx, k, 1); err != nil {
+			t.Fatal(err)
+		}
+		want := deadlineOf(t, c, k)
+		if err := c.Resize(ctx, k, 1); err != nil {
+			t.Fatal(err)
+		}
+		sameDeadline(t, c, k, 1, want, "folded to one label")
+		subs, err := c.SubKeys(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := st.Deadlines(ctx, subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			if d.Exists && (d.At.IsZero() || d.At.After(want.Add(2*time.Minute))) {
+				t.Errorf("%s after the fold: %s has deadline %v, want at most %v", k, subs[i], d.At, want.Add(time.Minute))
+			}
+		}
 	}
 }

@@ -132,7 +132,9 @@ type Backend interface {
 	FoldOut(ctx context.Context, key, label, foldID string) (moved int64, err error)
 	// FoldIn adds delta to sub-counter label of key, once per foldID: see
 	// step (d).
-	FoldIn(ctx context.Context, key, label, foldID string, delta int64) (applied bool, err error)
+	// expireAt, when not zero, is given to the sub-counter as its
+	// deadline if it has none, in the same atomic step.
+	FoldIn(ctx context.Context, key, label, foldID string, delta int64, expireAt time.Time) (applied bool, err error)
 	// Get reads keys; a missing key reads 0.
 	Get(ctx context.Context, keys []string) ([]int64, error)
 }

@@ -303,7 +303,7 @@ func TestBackendConformance(t *testing.T) {
 				}
 			}
 			for i := range 2 {
-				applied, err := b.FoldIn(ctx, "c", "b", "f1", big)
+				applied, err := b.FoldIn(ctx, "c", "b", "f1", big, time.Time{})
 				if err != nil || applied != (i == 0) {
 					t.Fatalf("FoldIn #%d = %v, %v", i+1, applied, err)
 				}
@@ -320,7 +320,7 @@ func TestBackendConformance(t *testing.T) {
 			if v, _ := b.FoldOut(ctx, "c", "n", "f3"); v != -5 {
 				t.Fatalf("FoldOut of -5 = %d", v)
 			}
-			if ok, err := b.FoldIn(ctx, "c", "b", "f3", -5); !ok || err != nil {
+			if ok, err := b.FoldIn(ctx, "c", "b", "f3", -5, time.Time{}); !ok || err != nil {
 				t.Fatalf("FoldIn -5 = %v %v", ok, err)
 			}
 			if got, _ := st.Get(ctx, []string{keyspace.SubKey("c", "b")}); got[0] != big-5 {
@@ -329,10 +329,10 @@ func TestBackendConformance(t *testing.T) {
 			// A fold into a full sub-counter fails with ErrOverflow and
 			// leaves its marker unset, so a retry can still apply it.
 			st.IncrBy(ctx, keyspace.SubKey("c", "full"), 1<<62)
-			if _, err := b.FoldIn(ctx, "c", "full", "f4", 1<<62); !errors.Is(err, store.ErrOverflow) {
+			if _, err := b.FoldIn(ctx, "c", "full", "f4", 1<<62, time.Time{}); !errors.Is(err, store.ErrOverflow) {
 				t.Fatalf("overflowing FoldIn = %v, want ErrOverflow", err)
 			}
-			if ok, err := b.FoldIn(ctx, "c", "full", "f4", -1); !ok || err != nil {
+			if ok, err := b.FoldIn(ctx, "c", "full", "f4", -1, time.Time{}); !ok || err != nil {
 				t.Fatalf("FoldIn after a failed one = %v %v", ok, err)
 			}
 		})

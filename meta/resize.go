@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/placement"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Resize changes key's number of sub-counters to n: the automatic resize
@@ -278,7 +279,7 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 		}
 		var done []string
 		for _, f := range cur.Folds {
-			if err := m.drain(ctx, key, f, cur.Gen); errors.Is(err, errFoldOver) {
+			if err := m.drain(ctx, key, f, cur.Gen, cur.Deadline); errors.Is(err, errFoldOver) {
 				return nil
 			} else if err != nil {
 				return err
@@ -311,8 +312,14 @@ func (m *Manager) Resume(ctx context.Context, key string) error {
 
 // drain moves f.From's value into f.To in rounds until f.From reads zero.
 // It starts at the journaled round (replaying it changes nothing if it had
-// finished) and journals each further round before running it.
-func (m *Manager) drain(ctx context.Context, key string, f FoldState, gen string) error {
+// finished) and journals each further round before running it. deadline
+// is the counter's (Unix ms, 0 none): f.To takes it, plus
+// store.DeadlineGrace, if the fold creates it.
+func (m *Manager) drain(ctx context.Context, key string, f FoldState, gen string, deadline int64) error {
+	var expireAt time.Time
+	if deadline != 0 {
+		expireAt = time.UnixMilli(deadline).Add(store.DeadlineGrace)
+	}
 	sub := []string{keyspace.SubKey(key, f.From)}
 	round := max(f.Round, 1)
 	for tries := 1; ; tries++ {
@@ -325,7 +332,7 @@ func (m *Manager) drain(ctx context.Context, key string, f FoldState, gen string
 		if err := m.stillFolding(ctx, key, f.ID, gen); err != nil {
 			return err
 		}
-		if _, err := m.b.FoldIn(ctx, key, f.To, id, v); err != nil {
+		if _, err := m.b.FoldIn(ctx, key, f.To, id, v, expireAt); err != nil {
 			return fmt.Errorf("meta: fold %s of %q into %q: %w", id, key, f.To, err)
 		}
 		m.cfg.OnStep(key, StepIn)

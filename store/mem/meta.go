@@ -197,8 +197,10 @@ func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, 
 
 // FoldIn adds delta to key's sub-counter label unless the marker
 // keyspace.AuxKey(key, label, "foldin", foldID) exists, and then sets the
-// marker. It reports whether delta was added. One atomic step.
-func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int64) (bool, error) {
+// marker. It reports whether delta was added. expireAt, when not zero, is
+// given to the sub-counter as its deadline if it has none. One atomic
+// step.
+func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int64, expireAt time.Time) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
@@ -217,6 +219,9 @@ func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int
 		return false, fmt.Errorf("fold into %q: %w", sub, err)
 	}
 	nd.ints[sub] = v
+	if delta != 0 && !expireAt.IsZero() {
+		nd.expireNX(sub, expireAt)
+	}
 	nd.ints[marker] = delta
 	seq := max(nd.logKey(sub), nd.logKey(marker))
 	nd.mu.Unlock()

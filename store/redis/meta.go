@@ -71,8 +71,9 @@ return v
 `
 
 // foldInScript: KEYS = {sub-counter, marker}, ARGV = {delta, marker ttl
-// ms}. Unless the marker exists, INCRBY the sub-counter and set the marker.
-// Returns 1 when applied, 0 when the marker was there.
+// ms, deadline ms or ""}. Unless the marker exists, INCRBY the sub-counter,
+// give it the deadline unless it has one (PEXPIREAT … NX), and set the
+// marker. Returns 1 when applied, 0 when the marker was there.
 const foldInScript = `
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
@@ -81,6 +82,9 @@ if ARGV[1] ~= '0' then
   local r = redis.pcall('INCRBY', KEYS[1], ARGV[1])
   if type(r) == 'table' and r.err then
     return r
+  end
+  if ARGV[3] and ARGV[3] ~= '' then
+    redis.call('PEXPIREAT', KEYS[1], ARGV[3], 'NX')
   end
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
@@ -215,10 +219,15 @@ func (s *Store) FoldOut(ctx context.Context, key, label, foldID string) (int64, 
 
 // FoldIn adds delta to key's sub-counter label unless the marker
 // keyspace.AuxKey(key, label, "foldin", foldID) exists, then sets the
-// marker. It reports whether delta was added.
-func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int64) (bool, error) {
+// marker. It reports whether delta was added. expireAt, when not zero, is
+// given to the sub-counter as its deadline if it has none.
+func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int64, expireAt time.Time) (bool, error) {
 	sub := keyspace.SubKey(key, label)
-	r, err := s.eval(ctx, foldIn, []string{sub, keyspace.AuxKey(key, label, "foldin", foldID)}, strconv.FormatInt(delta, 10), markerTTL)
+	at := ""
+	if !expireAt.IsZero() {
+		at = strconv.FormatInt(expireAt.UnixMilli(), 10)
+	}
+	r, err := s.eval(ctx, foldIn, []string{sub, keyspace.AuxKey(key, label, "foldin", foldID)}, strconv.FormatInt(delta, 10), markerTTL, at)
 	if err != nil {
 		return false, err
 	}
