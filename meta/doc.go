@@ -42,7 +42,9 @@
 //	(c) FoldOut in A's slot, atomically: if the marker {K#A}:fold:<id> exists
 //	    return its value; else v = GET A, DECRBY A v, SET marker v → v;
 //	(d) FoldIn in B's slot, atomically: if the marker {K#B}:foldin:<id>
-//	    exists do nothing; else INCRBY B v, SET marker;
+//	    exists do nothing; else INCRBY B v, give B the counter's deadline
+//	    plus store.DeadlineGrace unless it has one (PEXPIREAT … NX: a B
+//	    never written is created by the fold), SET marker;
 //	(e) re-fold stragglers: if GET A is not zero (a write that was in flight
 //	    during the wait), repeat (c)–(d) with the id "<id>.2", "<id>.3", ...;
 //	(f) retire A: remove it from Read and drop the journal entry (epoch+1).

@@ -47,8 +47,8 @@ import (
 //     pending estimate; a counter whose deadline passed is not written
 //     back at all.
 //   - Grows and folds happen in the cache: a new sub-counter takes the
-//     counter's deadline from its record, and a fold moves values into a
-//     sub-counter that keeps its own.
+//     counter's deadline from its record, and a fold gives the one it
+//     moves a value into that deadline too, if it has none (meta).
 //
 // # The clean-up pass
 //
