@@ -565,7 +565,9 @@ func (ck *checkpointer) deadlinesToRecord(ctx context.Context, cps []durable.Che
 }
 
 // saveNow reads and saves every sub-counter of counter key now, whether
-// or not this process saved the same values before.
+// or not this process saved the same values before. It fails while a
+// cache node is not accepted (lost, or not seen intact yet), whose
+// readings are not saved.
 func (ck *checkpointer) saveNow(ctx context.Context, key string) error {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
@@ -574,7 +576,10 @@ func (ck *checkpointer) saveNow(ctx context.Context, key string) error {
 		return err
 	}
 	delete(ck.saved, key)
-	_, _, err = ck.save(ctx, topo, []string{key})
+	_, skipped, err := ck.save(ctx, topo, []string{key})
+	if err == nil && skipped > 0 {
+		err = fmt.Errorf("checkpoint %q: %d cache nodes not intact: %w", key, skipped, store.ErrUnavailable)
+	}
 	return err
 }
 
