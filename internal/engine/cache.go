@@ -124,15 +124,9 @@ func (rc *readCache) get(key string) (value int64, n int, at time.Time, ok bool)
 	return 0, 0, time.Time{}, false
 }
 
-// put caches a sum read since seq held seen, unless seq changed since:
-// checked under the lock that drop takes, so an entry read before a flush
-// landed is never cached after the flush's drop.
-func (rc *readCache) put(key string, value int64, n int, at time.Time, seq *atomic.Uint64, seen uint64) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.putLocked(key, value, n, at, seq, seen)
-}
-
+// putLocked caches a sum read since seq held seen, unless seq changed
+// since: checked under rc.mu, which drop takes too, so an entry read
+// before a flush landed is never cached after the flush's drop.
 func (rc *readCache) putLocked(key string, value int64, n int, at time.Time, seq *atomic.Uint64, seen uint64) {
 	if seq.Load() != seen {
 		return
