@@ -373,8 +373,11 @@ func (h *healer) sweepChunk(ctx context.Context, keys []string, seen map[string]
 		}
 		expireAt, ended := viewDeadline(dls, k, write[0], now)
 		if ended {
+			h.mu.Lock()      // Behind reads h.behind from callers' goroutines
 			delete(h.obs, k) // the clean-up pass clears its log
 			delete(h.behind, k)
+			h.recount()
+			h.mu.Unlock()
 			continue
 		}
 		ops = append(ops, store.IncrOp{Key: keyspace.SubKey(k, write[0]), Delta: o.diff, TTL: healTokenTTL, ExpireAt: expireAt,
