@@ -3,12 +3,10 @@ package hotcount_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/durable/sqlite"
 )
 
 // Every path that copies a counter's value keeps its deadline: restore
@@ -126,20 +124,7 @@ func TestTTLDeadlineSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	ns := []hotcount.Namespace{{Prefix: "rt:", TTL: time.Hour}}
 	open := func() (*hotcount.Client, func()) {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "hotcount.db")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := hotcount.New(ctx, hotcount.Config{Namespaces: ns, Durability: hotcount.DurabilityConfig{Store: db}, Reads: hotcount.ReadConfig{NoCache: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, func() {
-			if err := c.Close(ctx); err != nil {
-				t.Error(err)
-			}
-			_ = db.Close()
-		}
+		return openOnSQLite(t, dir, hotcount.Config{Namespaces: ns, Reads: hotcount.ReadConfig{NoCache: true}})
 	}
 	c, done := open()
 	if err := c.Incr(ctx, "rt:1", 3); err != nil {

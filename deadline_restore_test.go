@@ -32,20 +32,7 @@ func TestDeadlineSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func() (*hotcount.Client, func()) {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "hotcount.db")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := hotcount.New(ctx, hotcount.Config{Durability: hotcount.DurabilityConfig{Store: db}, Reads: hotcount.ReadConfig{NoCache: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, func() {
-			if err := c.Close(ctx); err != nil {
-				t.Error(err)
-			}
-			_ = db.Close()
-		}
+		return openOnSQLite(t, dir, hotcount.Config{Reads: hotcount.ReadConfig{NoCache: true}})
 	}
 	c, done := open()
 	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -160,4 +147,27 @@ func TestDeadlineAcrossGrowAndFold(t *testing.T) {
 		t.Fatalf("back to one key: %+v %v; want no metadata", rep, err)
 	}
 	checkDeadline(t, c, key, 23, at, "folded back to one key")
+}
+
+// openOnSQLite opens a Client of cfg whose durable store is the SQLite
+// file hotcount.db in dir, and returns it with a function that closes
+// both (a restart is a close and another open on the same dir).
+func openOnSQLite(t *testing.T, dir string, cfg hotcount.Config) (*hotcount.Client, func()) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "hotcount.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Durability.Store = db
+	c, err := hotcount.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func() {
+		if err := c.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		_ = db.Close()
+	}
 }

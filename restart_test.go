@@ -2,11 +2,9 @@ package hotcount_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/durable/sqlite"
 )
 
 // TestRestartEmbedded stops a Client on the embedded store with a SQLite
@@ -18,23 +16,7 @@ func TestRestartEmbedded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func() (*hotcount.Client, func()) {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "hotcount.db")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := hotcount.New(ctx, hotcount.Config{
-			Namespaces: []hotcount.Namespace{{Prefix: "paid:", Mode: hotcount.ModeDurable}},
-			Durability: hotcount.DurabilityConfig{Store: db},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, func() {
-			if err := c.Close(ctx); err != nil {
-				t.Error(err)
-			}
-			_ = db.Close()
-		}
+		return openOnSQLite(t, dir, hotcount.Config{Namespaces: []hotcount.Namespace{{Prefix: "paid:", Mode: hotcount.ModeDurable}}})
 	}
 	c, done := open()
 	for i := range 50 {
