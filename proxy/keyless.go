@@ -221,10 +221,52 @@ func (c *conn) randomKey(args [][]byte) {
 			return
 		}
 		if !own {
-			break
+			c.out = appendNull(c.out, c.proto)
+			return
 		}
 	}
-	c.out = appendNull(c.out, c.proto)
+	// Every pick was one of hotcount's own keys: a primary may hold
+	// thousands of them beside one of the user's. Scan for a visible key,
+	// primaries in random order, so that nil still means "none at all".
+	k, err := c.scanVisible(ctx)
+	switch {
+	case err != nil:
+		c.out = appendErr(c.out, upstreamError(err))
+	case k == "":
+		c.out = appendNull(c.out, c.proto)
+	default:
+		c.out = appendBulk(c.out, k)
+	}
+}
+
+// scanVisible returns the first key that is not hotcount's own, scanning
+// the primaries in random order; "" when there is none.
+func (c *conn) scanVisible(ctx context.Context) (string, error) {
+	addrs, nodes, err := c.primaries(ctx)
+	if err != nil {
+		return "", err
+	}
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	for _, a := range addrs {
+		n := nodes[a]
+		var cur uint64
+		for {
+			r, err := n.Do(ctx, n.B().Scan().Cursor(cur).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return "", err
+			}
+			for _, k := range r.Elements {
+				if !c.s.ownKey(k) {
+					return k, nil
+				}
+			}
+			if r.Cursor == 0 {
+				break
+			}
+			cur = r.Cursor
+		}
+	}
+	return "", nil
 }
 
 // visible drops hotcount's own keys from a listing (KEYS, SCAN).

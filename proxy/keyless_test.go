@@ -13,6 +13,7 @@ import (
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/proxy"
+	"github.com/redis/rueidis"
 )
 
 // keyOfSlot returns a key of the given slot.
@@ -233,4 +234,49 @@ func TestMultiRefusalsAsRedis(t *testing.T) {
 		t.Fatalf("DEL of a sentinel inside MULTI: %q", got)
 	}
 	r.do("DISCARD")
+}
+
+// TestRandomKeyAmongOwnKeys: RANDOMKEY finds the user's one key even when
+// the primary holding it has thousands of hotcount's own keys, which a
+// primary's own RANDOMKEY picks almost every time.
+func TestRandomKeyAmongOwnKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := uniq(t)
+	e := startProxy(t, nil, proxy.Config{AllowFlush: true})
+	r := dialRaw(t, e.addr)
+	if got := r.do("FLUSHALL"); got != "+OK\r\n" {
+		t.Fatalf("FLUSHALL: %q", got)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	only := p + "only"
+	cmds := make(rueidis.Commands, 0, 4000)
+	for i := range 4000 {
+		// Own keys in the slot of the user's key, so on its primary.
+		cmds = append(cmds, rc.B().Set().Key("hotcount:pad:{"+only+"}:"+itoa(i)).Value("1").Build())
+	}
+	dels := make(rueidis.Commands, 0, len(cmds))
+	for i := range 4000 {
+		dels = append(dels, rc.B().Del().Key("hotcount:pad:{"+only+"}:"+itoa(i)).Build())
+	}
+	// FLUSHALL keeps hotcount's keys: the padding goes by name.
+	defer rc.DoMulti(context.Background(), dels...)
+	for _, res := range rc.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.do("RANDOMKEY"); got != "$-1\r\n" {
+		t.Fatalf("RANDOMKEY with only hotcount's keys: %q", got)
+	}
+	r.do("SET", only, "1")
+	for i := range 5 {
+		if got := r.do("RANDOMKEY"); got != "$"+itoa(len(only))+"\r\n"+only+"\r\n" {
+			t.Fatalf("RANDOMKEY %d: %q", i, got)
+		}
+	}
 }
