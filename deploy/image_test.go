@@ -94,9 +94,12 @@ func randomHex(t *testing.T, n int) string {
 // TestImage builds the image with scripts/image and runs it: --version
 // shows the stamped version and revision; `serve`, with the arguments and
 // the ConfigMap of deploy/kubernetes/serve.yaml, runs as 65532, keeps its
-// data in the /data volume and answers /healthz and the API; `proxy`, with
-// the sidecar's ConfigMap, gets ready on its admin port in front of a real
-// redis-server.
+// data in the /data volume and answers /healthz and the API; the
+// Deployment of serve.yaml, run as the kubelet runs it (asKubernetes:
+// read-only root, only the pod's volumes, its Redis and the Secret's
+// PostgreSQL), gets ready and serves; the proxy sidecar, run the same
+// way with and without the Secret's database URL, gets ready on its admin
+// port in front of a real redis-server.
 func TestImage(t *testing.T) {
 	p := findPodman(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -142,7 +145,7 @@ func TestImage(t *testing.T) {
 		}
 		name := "hotcount-test-serve-" + id
 		// The Deployment's arguments and config; no HOTCOUNT_REDIS or
-		// HOTCOUNT_POSTGRES, so the embedded store with its SQLite file in
+		// HOTCOUNT_POSTGRES, so the embedded store with its data folder in
 		// the image's /data volume.
 		args := []string{"run", "-d", "--name", name, "-p", "127.0.0.1::7070",
 			"-v", filepath.Join(dir, "config") + ":" + cfgPath + ":ro",
@@ -165,7 +168,7 @@ func TestImage(t *testing.T) {
 			hostPort = "127.0.0.1:" + port
 		}
 		base := "http://" + hostPort
-		waitHTTP(t, ctx, base+"/healthz", "", logs)
+		waitHTTP(t, ctx, p, name, base+"/healthz", "", logs)
 		// The API with the ConfigMap's token: an increment lands in
 		// the volume's SQLite-backed store and reads back.
 		if code, body := do(t, ctx, "POST", base+"/v1/counters/views:image/incr", token, `{"by":3}`); code != 200 {
@@ -177,8 +180,8 @@ func TestImage(t *testing.T) {
 		mount := p.run(t, ctx, "inspect", "--format", "{{range .Mounts}}{{if eq .Destination \"/data\"}}{{.Source}}{{end}}{{end}}", name)
 		if mount == "" {
 			t.Errorf("no volume at /data")
-		} else if st, err := os.Stat(filepath.Join(mount, "hotcount.db")); err != nil {
-			t.Errorf("no SQLite file in the /data volume: %v", err)
+		} else if st, err := os.Stat(filepath.Join(mount, "hotcount-data", "hotcount.db")); err != nil {
+			t.Errorf("no SQLite file in the /data volume (serve's default data folder, ./hotcount-data, in the working folder /data): %v", err)
 		} else if uid := fileUID(st); uid != 65532 {
 			t.Errorf("hotcount.db belongs to uid %d, want 65532", uid)
 		}
@@ -191,37 +194,24 @@ func TestImage(t *testing.T) {
 		}
 	})
 
-	t.Run("proxy", func(t *testing.T) {
-		objs := readManifest(t, "kubernetes/proxy-sidecar.yaml")
-		var pod podSpec
-		for _, o := range objs {
-			if o.Kind == "Deployment" {
-				pod = o.Spec.Template.Spec
-			}
-		}
-		c := hotcountContainer(t, pod, "proxy")
+	t.Run("serve in Kubernetes", func(t *testing.T) {
+		objs := readManifest(t, "kubernetes/serve.yaml")
+		pod := find(t, objs, "Deployment", "hotcount").Spec.Template.Spec
+		c := hotcountContainer(t, pod, "serve")
 		node, err := testenv.StartNode(ctx, testenv.NodeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { node.Stop() })
-		dir := t.TempDir()
-		cfgText := configFile(t, objs, pod, c)
 		token := randomHex(t, 16)
-		for name, text := range map[string]string{"config": cfgText, "token": token} {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// On the host's network, to reach the node on loopback; so on free
-		// loopback ports rather than the pod's.
-		admin, resp := freeAddr(t), freeAddr(t)
-		name := "hotcount-test-proxy-" + id
-		args := []string{"run", "-d", "--name", name, "--network", "host",
-			"-v", filepath.Join(dir, "config") + ":" + c.arg("--config") + ":ro",
-			"-v", filepath.Join(dir, "token") + ":" + tokenFile(t, cfgText) + ":ro",
-			"-e", "HOTCOUNT_REDIS=" + node.Addr, "-e", "HOTCOUNT_ADMIN_LISTEN=" + admin, "-e", "HOTCOUNT_RESP_LISTEN=" + resp, tag}
-		p.run(t, ctx, append(args, c.Args...)...)
+		// The Deployment as the kubelet runs it: its environment (Redis
+		// seeds, the Secret's PostgreSQL URL), its volumes only, a
+		// read-only root.
+		listen := freeAddr(t)
+		name := "hotcount-test-serve-k8s-" + id
+		secret := map[string]string{"token": token, "postgres-url": postgresURL(t)}
+		override := map[string]string{"HOTCOUNT_LISTEN": listen, "HOTCOUNT_REDIS": node.Addr}
+		p.run(t, ctx, append([]string{"run", "-d", "--name", name}, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override)...)...)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -231,30 +221,92 @@ func TestImage(t *testing.T) {
 			out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
 			return lastLines(out, 20)
 		}
-		waitHTTP(t, ctx, "http://"+admin+c.ReadinessProbe.HTTPGet.Path, "", logs)
-		if got, err := testenv.Do(ctx, resp, "INCRBY", "views:sidecar", "2"); err != nil || got != "2" {
-			t.Errorf("INCRBY through the proxy: %q, %v\n%s", got, err, logs())
+		base := "http://" + listen
+		waitHTTP(t, ctx, p, name, base+c.StartupProbe.HTTPGet.Path, "", logs)
+		waitHTTP(t, ctx, p, name, base+c.ReadinessProbe.HTTPGet.Path, "", logs)
+		if code, body := do(t, ctx, "POST", base+"/v1/counters/likes:k8s/incr", token, `{"by":4}`); code != 200 {
+			t.Fatalf("incr: %d %s\n%s", code, body, logs())
 		}
-		// The admin port: metrics public, the dashboard's routes behind
-		// the Secret's token.
-		if code, body := do(t, ctx, "GET", "http://"+admin+"/metrics", "", ""); code != 200 {
-			t.Errorf("/metrics without a token: %d %s", code, body)
+		if code, body := do(t, ctx, "GET", base+"/v1/counters/likes:k8s", token, ""); code != 200 || !strings.Contains(body, `"value":4`) {
+			t.Errorf("read: %d %s, want the value 4\n%s", code, body, logs())
 		}
-		if code, _ := do(t, ctx, "GET", "http://"+admin+"/v1/stats", "", ""); code != 401 {
-			t.Errorf("/v1/stats without a token answered %d, want 401", code)
+		p.run(t, ctx, "stop", "-t", "30", name)
+		if code := p.run(t, ctx, "inspect", "--format", "{{.State.ExitCode}}", name); code != "0" {
+			t.Errorf("serve exited with %s after SIGTERM\n%s", code, logs())
 		}
-		if code, body := do(t, ctx, "GET", "http://"+admin+"/v1/stats", token, ""); code != 200 {
-			t.Errorf("/v1/stats with the token: %d %s", code, body)
+		if l := logs(); !strings.Contains(l, "stopped cleanly") {
+			t.Errorf("serve did not say it stopped cleanly:\n%s", l)
 		}
 	})
+
+	// The sidecar with the Secret's optional database URL, and without it.
+	for _, withPostgres := range []bool{true, false} {
+		t.Run(fmt.Sprintf("proxy sidecar/postgres=%v", withPostgres), func(t *testing.T) {
+			objs := readManifest(t, "kubernetes/proxy-sidecar.yaml")
+			var pod podSpec
+			for _, o := range objs {
+				if o.Kind == "Deployment" {
+					pod = o.Spec.Template.Spec
+				}
+			}
+			c := hotcountContainer(t, pod, "proxy")
+			node, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { node.Stop() })
+			cfgText := configFile(t, objs, pod, c)
+			checkTokenFile(t, c, cfgText)
+			token := randomHex(t, 16)
+			// As the kubelet runs the sidecar (read-only root, only the
+			// pod's volumes), with the Secret's database URL; on free
+			// loopback ports rather than the pod's.
+			admin, resp := freeAddr(t), freeAddr(t)
+			name := fmt.Sprintf("hotcount-test-proxy-%s-%v", id, withPostgres)
+			secret := map[string]string{"token": token}
+			if withPostgres {
+				secret["postgres-url"] = postgresURL(t)
+			}
+			override := map[string]string{"HOTCOUNT_REDIS": node.Addr, "HOTCOUNT_ADMIN_LISTEN": admin, "HOTCOUNT_RESP_LISTEN": resp}
+			p.run(t, ctx, append([]string{"run", "-d", "--name", name}, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override)...)...)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				p.cmd(ctx, "rm", "-f", "-v", name).Run()
+			})
+			logs := func() string {
+				out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+				return lastLines(out, 20)
+			}
+			waitHTTP(t, ctx, p, name, "http://"+admin+c.ReadinessProbe.HTTPGet.Path, "", logs)
+			if got, err := testenv.Do(ctx, resp, "INCRBY", "views:sidecar", "2"); err != nil || got != "2" {
+				t.Errorf("INCRBY through the proxy: %q, %v\n%s", got, err, logs())
+			}
+			// The admin port: metrics public, the dashboard's routes behind
+			// the Secret's token.
+			if code, body := do(t, ctx, "GET", "http://"+admin+"/metrics", "", ""); code != 200 {
+				t.Errorf("/metrics without a token: %d %s", code, body)
+			}
+			if code, _ := do(t, ctx, "GET", "http://"+admin+"/v1/stats", "", ""); code != 401 {
+				t.Errorf("/v1/stats without a token answered %d, want 401", code)
+			}
+			if code, body := do(t, ctx, "GET", "http://"+admin+"/v1/stats", token, ""); code != 200 {
+				t.Errorf("/v1/stats with the token: %d %s", code, body)
+			}
+		})
+	}
 }
 
-// waitHTTP polls url until it answers 200, for up to two minutes.
-func waitHTTP(t *testing.T, ctx context.Context, url, token string, logs func() string) {
+// waitHTTP polls url until it answers 200, for up to two minutes; it
+// stops early when the container has exited.
+func waitHTTP(t *testing.T, ctx context.Context, p podman, name, url, token string, logs func() string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var last string
 	for time.Now().Before(deadline) {
+		if !p.running(ctx, name) {
+			t.Fatalf("%s: the container exited\n%s", url, logs())
+		}
 		code, body := do(t, ctx, "GET", url, token, "")
 		if code == 200 {
 			return
@@ -263,6 +315,13 @@ func waitHTTP(t *testing.T, ctx context.Context, url, token string, logs func() 
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s did not answer 200 (last: %s)\n%s", url, last, logs())
+}
+
+// running reports whether the container name is running (false also
+// when podman cannot tell).
+func (p podman) running(ctx context.Context, name string) bool {
+	out, err := p.cmd(ctx, "inspect", "--format", "{{.State.Running}}", name).Output()
+	return err == nil && strings.TrimSpace(string(out)) == "true"
 }
 
 // do sends one request; a failed connection is code 0.

@@ -53,7 +53,12 @@ type podSpec struct {
 		} `yaml:"configMap"`
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
+			Items      []struct {
+				Key  string `yaml:"key"`
+				Path string `yaml:"path"`
+			} `yaml:"items"`
 		} `yaml:"secret"`
+		EmptyDir *struct{} `yaml:"emptyDir"`
 	} `yaml:"volumes"`
 }
 
@@ -369,8 +374,16 @@ func TestSystemdUnit(t *testing.T) {
 	if exec := u["ExecStart"]; len(exec) != 1 || !strings.HasSuffix(strings.Fields(exec[0])[0], "/hotcount") || !slices.Contains(strings.Fields(exec[0]), "serve") {
 		t.Errorf("ExecStart = %q, want one hotcount serve", exec)
 	}
-	if !slices.Contains(u["Environment"], "HOTCOUNT_DATA=/var/lib/"+strings.Join(u["StateDirectory"], "")) {
-		t.Errorf("HOTCOUNT_DATA (%q) is not the StateDirectory %q", u["Environment"], u["StateDirectory"])
+	// serve's default data folder, ./hotcount-data, is in the
+	// StateDirectory; a HOTCOUNT_DATA would refuse the HOTCOUNT_POSTGRES
+	// the unit's comment tells one to set (TestSystemdUnitRuns).
+	if got, want := strings.Join(u["WorkingDirectory"], ""), "/var/lib/"+strings.Join(u["StateDirectory"], ""); got != want {
+		t.Errorf("WorkingDirectory %q is not the StateDirectory %q", got, want)
+	}
+	for _, e := range u["Environment"] {
+		if strings.HasPrefix(e, "HOTCOUNT_DATA=") || strings.HasPrefix(e, "HOTCOUNT_POSTGRES=") {
+			t.Errorf("Environment=%s: the durable store is the operator's choice (hotcount.env)", e)
+		}
 	}
 	if len(u["User"]) == 0 && !slices.Contains(u["DynamicUser"], "yes") {
 		t.Error("the unit runs as root: set User= or DynamicUser=yes")
