@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable"
 )
 
 // Every path that copies a counter's value keeps its deadline: restore
@@ -36,6 +37,50 @@ func sameDeadline(t *testing.T, c *hotcount.Client, key string, want int64, at t
 	if r, err := c.Get(ctx, key); err != nil || r.Value != want {
 		t.Errorf("%s: %s = %+v %v, want %d", when, key, r, err, want)
 	}
+}
+
+// deadlineClient opens a durable-mode Client on be whose namespace
+// run+":tmp:" has a one-hour TTL, with checkpoints and clean-up left to
+// the test and the healer every heal (-1: none). It returns a key of that
+// namespace.
+func deadlineClient(t *testing.T, be durable.Backend, run string, heal time.Duration) (*hotcount.Client, string) {
+	t.Helper()
+	tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: time.Hour, Mode: hotcount.ModeDurable}
+	c := durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Defaults:   hotcount.Namespace{Mode: hotcount.ModeDurable},
+		Namespaces: []hotcount.Namespace{tmp},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour, HealInterval: heal},
+	})
+	return c, tmp.Prefix + "1"
+}
+
+// writeExpiring adds 4 to expiring, ttl and the others, flushes, and
+// gives expiring a deadline one hour away, which it returns. The
+// counters are cleared when the test ends.
+func writeExpiring(t *testing.T, c *hotcount.Client, expiring, ttl string, others ...string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	all := append([]string{expiring, ttl}, others...)
+	t.Cleanup(func() {
+		for _, k := range all {
+			_ = c.Clear(context.Background(), k)
+		}
+	})
+	for _, k := range all {
+		if err := c.IncrID(ctx, k, 4, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, err := c.Expire(ctx, expiring, at); err != nil {
+		t.Fatal(err)
+	}
+	return at
 }
 
 // TestTTLDeadlineSurvivesNodeRestore: counters of a namespace with a TTL
@@ -147,32 +192,9 @@ func TestDeadlineSurvivesDurableRebuild(t *testing.T) {
 			ctx := context.Background()
 			be := ds.open(t, ds.loc(t))
 			run := uniqueKey(t)
-			tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: time.Hour, Mode: hotcount.ModeDurable}
-			c := durClient(t, hotcount.Config{
-				Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
-				Defaults:   hotcount.Namespace{Mode: hotcount.ModeDurable},
-				Namespaces: []hotcount.Namespace{tmp},
-				Reads:      hotcount.ReadConfig{NoCache: true},
-				Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour, HealInterval: -1},
-			})
-			expiring, ttl := run+":expiring", tmp.Prefix+"1"
-			t.Cleanup(func() {
-				for _, k := range []string{expiring, ttl} {
-					_ = c.Clear(context.Background(), k)
-				}
-			})
-			for _, k := range []string{expiring, ttl} {
-				if err := c.IncrID(ctx, k, 4, "a"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := c.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-			if _, err := c.Expire(ctx, expiring, at); err != nil {
-				t.Fatal(err)
-			}
+			c, ttl := deadlineClient(t, be, run, -1)
+			expiring := run + ":expiring"
+			at := writeExpiring(t, c, expiring, ttl)
 			if _, err := c.Cleanup(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -404,33 +426,9 @@ func TestDeadlineSurvivesHealing(t *testing.T) {
 	be := pgStore(t)
 	run := uniqueKey(t)
 	const heal = 300 * time.Millisecond
-	tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: time.Hour, Mode: hotcount.ModeDurable}
-	c := durClient(t, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
-		Defaults:   hotcount.Namespace{Mode: hotcount.ModeDurable},
-		Namespaces: []hotcount.Namespace{tmp},
-		Reads:      hotcount.ReadConfig{NoCache: true},
-		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour, HealInterval: heal},
-	})
-	expiring, ttl, ended := run+":expiring", tmp.Prefix+"1", run+":ended"
-	all := []string{expiring, ttl, ended}
-	t.Cleanup(func() {
-		for _, k := range all {
-			_ = c.Clear(context.Background(), k)
-		}
-	})
-	for _, k := range all {
-		if err := c.IncrID(ctx, k, 4, "a"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	if _, err := c.Expire(ctx, expiring, at); err != nil {
-		t.Fatal(err)
-	}
+	c, ttl := deadlineClient(t, be, run, heal)
+	expiring, ended := run+":expiring", run+":ended"
+	at := writeExpiring(t, c, expiring, ttl, ended)
 	soon := time.Now().Add(time.Second)
 	if _, err := c.Expire(ctx, ended, soon); err != nil {
 		t.Fatal(err)
