@@ -3,8 +3,8 @@
 // files. It has no code of its own.
 //
 // TestDocsRun builds the hotcount command and runs, in a fresh folder each,
-// the shell blocks of README.md (the Quick start) and docs/cli.md, and
-// every example of `hotcount --help`, in order:
+// the shell blocks of README.md (the Quick start), docs/cli.md and
+// docs/proxy.md, and every example of `hotcount --help`, in order:
 //
 //   - A ```sh block is a list of commands, one a line (a trailing
 //     backslash continues it; a "  # comment" after it is dropped). A
@@ -14,9 +14,11 @@
 //   - Every command must exit 0. `hotcount serve` and `hotcount proxy` run
 //     until the end of their doc, on free ports: the test waits for them
 //     to listen, maps the addresses the doc names (127.0.0.1:7070,
-//     127.0.0.1:6380, ...) to the real ones (and sets HOTCOUNT_SERVER, the
-//     counter commands' default server, to serve's), and at the end stops them
-//     with SIGTERM, expecting exit 0. `hotcount cluster up --port P` runs
+//     127.0.0.1:6380, localhost:7071, redis-cli's -p 6380, ...) to the
+//     real ones (and sets HOTCOUNT_SERVER, the counter commands' default
+//     server, to serve's), and at the end, or at a line `kill %N` (the
+//     doc's Nth background command), stops them with SIGTERM, expecting
+//     exit 0. `hotcount cluster up --port P` runs
 //     on free ports ("--port 0") in a temporary --dir, and the doc's
 //     127.0.0.1:P is mapped to the first seed it prints.
 //   - A block preceded by the line `<!-- docs-run: skip: REASON -->` is not

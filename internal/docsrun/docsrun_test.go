@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +40,8 @@ type example struct {
 	output   *string
 	skipWhy  string
 	fromHelp bool
+	// last: the last command of its block.
+	last bool
 }
 
 // docBlocks returns the examples of the ```sh, ```bash and ```console
@@ -65,6 +69,7 @@ func docBlocks(t *testing.T, path string) []example {
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 			body = append(body, lines[i])
 		}
+		blockStart := len(out)
 		skip := ""
 		if m := skipMarker.FindStringSubmatch(lastText); m != nil {
 			skip = m[1]
@@ -112,6 +117,9 @@ func docBlocks(t *testing.T, path string) []example {
 				out = append(out, example{where: where(j), cmd: stripComment(cmd), output: &o, skipWhy: skip})
 				j = n
 			}
+		}
+		if len(out) > blockStart {
+			out[len(out)-1].last = true
 		}
 	}
 	return out
@@ -193,6 +201,8 @@ type background struct {
 	cmd   *exec.Cmd
 	out   *lockedBuffer
 	done  chan error
+	// stopped: stopOne has run (a doc's "kill %N", or the end).
+	stopped bool
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -246,6 +256,7 @@ var (
 	adminOn     = regexp.MustCompile(`admin on http://(\S+)`)
 	seeds       = regexp.MustCompile(`seeds: (\S+)`)
 	goBuild     = regexp.MustCompile(`^go build -o hotcount (\S+)$`)
+	killJob     = regexp.MustCompile(`^kill %(\d+)$`)
 )
 
 // run runs one example.
@@ -269,7 +280,22 @@ func (r *runner) run(ex example) {
 		return
 	}
 	if isLong.MatchString(cmd) {
+		// In a block, the shell waits for a command in the foreground:
+		// the lines after serve or proxy would never run.
+		if !ex.fromHelp && !ex.last && !strings.HasSuffix(cmd, "&") {
+			t.Errorf("%s: %s runs in the foreground, so the lines after it in its block never run: end it with &", ex.where, cmd)
+		}
 		r.start(ex.where, strings.TrimSuffix(strings.TrimSpace(cmd), "&"))
+		return
+	}
+	// "kill %N": the doc's shell stops its Nth background job (serve or
+	// proxy, started with "&"): stop it with SIGTERM, expecting exit 0.
+	if m := killJob.FindStringSubmatch(cmd); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		if n < 1 || n > len(r.bg) {
+			t.Fatalf("%s: %s: there are %d background commands", ex.where, cmd, len(r.bg))
+		}
+		r.stopOne(r.bg[n-1])
 		return
 	}
 	docPort := ""
@@ -362,6 +388,13 @@ func (r *runner) start(where, cmd string) {
 			}
 			if a := adminOn.FindStringSubmatch(out.String()); a != nil {
 				r.addrs["127.0.0.1:7071"] = a[1]
+				r.addrs["localhost:7071"] = a[1]
+			}
+			if sub == "proxy" {
+				// redis-cli -p 6380: the proxy's port.
+				if _, port, err := net.SplitHostPort(m[2]); err == nil {
+					r.addrs["-p 6380"] = "-p " + port
+				}
 			}
 			return
 		}
@@ -380,18 +413,27 @@ func (r *runner) start(where, cmd string) {
 // stop stops the background commands with SIGTERM; each must exit 0.
 func (r *runner) stop() {
 	for _, bg := range r.bg {
-		_ = bg.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-bg.done:
-			if err != nil {
-				r.t.Errorf("%s: %s stopped with %v after SIGTERM:\n%s", bg.where, strings.Join(bg.cmd.Args, " "), err, bg.out.String())
-			}
-		case <-time.After(time.Minute):
-			_ = bg.cmd.Process.Kill()
-			r.t.Errorf("%s: %s did not stop within a minute of SIGTERM", bg.where, strings.Join(bg.cmd.Args, " "))
-		}
+		r.stopOne(bg)
 	}
 	r.bg = nil
+}
+
+// stopOne stops one background command with SIGTERM, once; it must exit 0.
+func (r *runner) stopOne(bg *background) {
+	if bg.stopped {
+		return
+	}
+	bg.stopped = true
+	_ = bg.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-bg.done:
+		if err != nil {
+			r.t.Errorf("%s: %s stopped with %v after SIGTERM:\n%s", bg.where, strings.Join(bg.cmd.Args, " "), err, bg.out.String())
+		}
+	case <-time.After(time.Minute):
+		_ = bg.cmd.Process.Kill()
+		r.t.Errorf("%s: %s did not stop within a minute of SIGTERM", bg.where, strings.Join(bg.cmd.Args, " "))
+	}
 }
 
 // buildOnce builds the hotcount binary once for every doc.
@@ -431,7 +473,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestDocsRun runs the README's Quick start, the examples of docs/cli.md
-// and those of `hotcount --help` (see the package documentation).
+// and docs/proxy.md and those of `hotcount --help` (see the package
+// documentation).
 func TestDocsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the docs' examples against real servers and a cluster")
@@ -439,7 +482,7 @@ func TestDocsRun(t *testing.T) {
 	if _, err := testenv.RedisServer(); err != nil {
 		t.Fatalf("redis-server is needed for the examples that start a cluster: %v", err)
 	}
-	for _, doc := range []string{"README.md", "docs/cli.md"} {
+	for _, doc := range []string{"README.md", "docs/cli.md", "docs/proxy.md"} {
 		t.Run(doc, func(t *testing.T) {
 			bin := binDir // the README's Quick start builds it
 			if doc != "README.md" {
@@ -481,14 +524,17 @@ func TestBlocksParsed(t *testing.T) {
 		if e.output != nil {
 			s += " => " + *e.output
 		}
+		if e.last {
+			s += " [last]"
+		}
 		got = append(got, s)
 	}
 	want := []string{
 		"./hotcount cluster up --dir /tmp/hc --port 7100",
-		"./hotcount bench --redis 127.0.0.1:7100  --key k",
-		"sudo x [skip: needs root]",
+		"./hotcount bench --redis 127.0.0.1:7100  --key k [last]",
+		"sudo x [skip: needs root] [last]",
 		"./hotcount get --key k => 5",
-		"curl x => {\"a\":1}",
+		"curl x => {\"a\":1} [last]",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("parsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
