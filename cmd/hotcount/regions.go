@@ -28,12 +28,13 @@ type peerConfig struct {
 	TLSServerName string   `yaml:"tls_server_name"`
 }
 
-// peerFields are the fields of a peer in the file.
+// peerFields are the fields of a peer in the file; lib is the field of
+// hotcount.PeerConfig each sets (the tls* fields build Redis.TLS).
 var peerFields = []nsField{
-	{"name", "string", "the peer region's name (1-64 letters, digits, - or _)", cmdBoth, ""},
-	{"redis", "list of host:port", "seed addresses of the peer region's Redis", cmdBoth, ""},
-	{"username", "string", "Redis ACL user", cmdBoth, ""},
-	{"password", "string", "Redis password (prefer password_file)", cmdBoth, ""},
+	{"name", "string", "the peer region's name (1-64 letters, digits, - or _)", cmdBoth, "Name"},
+	{"redis", "list of host:port", "seed addresses of the peer region's Redis", cmdBoth, "Redis.Addrs"},
+	{"username", "string", "Redis ACL user", cmdBoth, "Redis.Username"},
+	{"password", "string", "Redis password (prefer password_file)", cmdBoth, "Redis.Password"},
 	{"password_file", "path", "file holding the Redis password", cmdBoth, ""},
 	{"tls", "bool", "connect with TLS (system roots unless tls_ca)", cmdBoth, ""},
 	{"tls_ca", "path", "PEM file of the CA of the peer's certificates (implies TLS)", cmdBoth, ""},

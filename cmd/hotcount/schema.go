@@ -712,11 +712,13 @@ auto_n: {budget: 10000, max_n: 64, hysteresis: 30s}
 
 ## Set only in code
 
-These fields of the library's ` + "`hotcount.Config`" + ` have no setting: only a
-program that uses the library can set them (they carry the marker
+These fields of the library's ` + "`hotcount.Config`" + ` and of its peers
+(` + "`hotcount.PeerConfig`" + `, the elements of ` + "`Config.Peers`" + `) have no setting:
+only a program that uses the library can set them (they carry the marker
 ` + "`config:\"code\"`" + `). ` + "`Config.Redis.TLS`" + ` is built from the ` + "`redis_tls*`" + `
-settings and ` + "`Config.Durability.Store`" + ` is opened from ` + "`postgres`" + ` or
-` + "`data`" + `: the file names them, not the objects.
+settings, a peer's ` + "`Redis.TLS`" + ` from its ` + "`tls*`" + ` fields, and
+` + "`Config.Durability.Store`" + ` is opened from ` + "`postgres`" + ` or ` + "`data`" + `:
+the file names them, not the objects.
 
 `)
 	for _, p := range codeOnlyFields() {
@@ -755,6 +757,7 @@ func codeOnlyFields() []string {
 	}
 	walk(reflect.TypeOf(hotcount.Config{}), "Config.")
 	walk(reflect.TypeOf(hotcount.Namespace{}), "Namespace.")
+	walk(reflect.TypeOf(hotcount.PeerConfig{}), "PeerConfig.")
 	sort.Strings(out)
 	return out
 }

@@ -45,8 +45,8 @@ func TestConfigReference(t *testing.T) {
 }
 
 // libPaths are the library fields the schema claims: settings' lib paths
-// (Defaults.X for the top-level namespace settings) and the namespace
-// fields (Namespace.X).
+// (Defaults.X for the top-level namespace settings), the namespace fields
+// (Namespace.X) and the peer fields (PeerConfig.X).
 func libPaths() map[string]bool {
 	claimed := map[string]bool{}
 	for _, s := range settings {
@@ -59,10 +59,16 @@ func libPaths() map[string]bool {
 			claimed["Namespace."+f.lib] = true
 		}
 	}
+	for _, f := range peerFields {
+		if f.lib != "" {
+			claimed["PeerConfig."+f.lib] = true
+		}
+	}
 	return claimed
 }
 
-// TestLibraryFieldsReachable walks hotcount.Config and hotcount.Namespace:
+// TestLibraryFieldsReachable walks hotcount.Config, hotcount.Namespace and
+// hotcount.PeerConfig:
 // every field has a setting of the file, or the code-only marker. A new
 // field of the library fails it until it gets one of them.
 func TestLibraryFieldsReachable(t *testing.T) {
@@ -87,6 +93,7 @@ func TestLibraryFieldsReachable(t *testing.T) {
 	}
 	walk(reflect.TypeOf(hotcount.Config{}), "Config.")
 	walk(reflect.TypeOf(hotcount.Namespace{}), "Namespace.")
+	walk(reflect.TypeOf(hotcount.PeerConfig{}), "PeerConfig.") // the elements of Config.Peers
 	ref := configReference()
 	for _, p := range codeOnlyFields() {
 		if !strings.Contains(ref, "`"+p+"`") {
