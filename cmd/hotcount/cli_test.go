@@ -22,7 +22,7 @@ func TestVersionLine(t *testing.T) {
 	}{
 		{bi, "", "", "hotcount v1.2.3 (revision 0123abc (modified), 2026-12-02T19:50:35Z, go1.26.8)"},
 		{bi, "v9", "", "hotcount v9 (revision 0123abc (modified), 2026-12-02T19:50:35Z, go1.26.8)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, "", "", "hotcount (devel) (revision unknown: not built from a git checkout, go1.26.8)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, "", "", "hotcount (devel) (revision unknown: no VCS stamp (not built in a git checkout, or with -buildvcs=false), go1.26.8)"},
 		{nil, "", "", "hotcount (unknown) (no build information)"},
 		// Stamped with -ldflags (scripts/image), built with -buildvcs=false.
 		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, "v1.4.0", "4f72bc6", "hotcount v1.4.0 (revision 4f72bc6, go1.26.8)"},

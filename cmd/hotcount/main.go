@@ -236,7 +236,7 @@ func versionLine(bi *debug.BuildInfo, override, rev string) string {
 	}
 	var parts []string
 	if rev == "" {
-		parts = append(parts, "revision unknown: not built from a git checkout")
+		parts = append(parts, "revision unknown: no VCS stamp (not built in a git checkout, or with -buildvcs=false)")
 	} else {
 		r := "revision " + rev
 		if modified {
