@@ -57,12 +57,51 @@ func (fs *flagSet) printHelp() {
 		fmt.Fprintf(w, "%s: %s\n\n", fs.Name(), c.summary)
 	}
 	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", fs.Name())
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	fs.printFlags(w)
 	if ex := commandExamples[fs.cmd]; ex != "" {
 		fmt.Fprintf(w, "\nExamples:\n%s", ex)
 	}
+}
+
+// printFlags writes the flags as they are typed, "--name TYPE", each with
+// its usage on the next line (the flag package's PrintDefaults writes
+// "-name string"). For serve and proxy, whose settings the flag package
+// reads as strings, TYPE is the setting's type in the schema ("duration",
+// "int", "text|json", "host:port,...").
+func (fs *flagSet) printFlags(w io.Writer) {
+	schema := fs.cmd == "serve" || fs.cmd == "proxy"
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		if s := settingOfFlag(f.Name); schema && s != nil {
+			typ = flagType(s.typ)
+		}
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		switch f.DefValue {
+		case "", "0", "false", "0s":
+		default:
+			if typ == "string" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	})
+}
+
+// flagType is how help names a schema type after a flag: nothing for a
+// bool, "a|b" for "a or b", "x,..." for "list of x".
+func flagType(typ string) string {
+	if typ == "bool" {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(typ, "list of "); ok {
+		return rest + ",..."
+	}
+	return strings.ReplaceAll(typ, " or ", "|")
 }
 
 // usagef prints "hotcount: <command>: <message>" on stderr and returns

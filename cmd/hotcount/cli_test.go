@@ -111,6 +111,33 @@ func TestCLIConventions(t *testing.T) {
 	}
 }
 
+// TestHelpNamesFlagsAsTyped: help lists flags as they are typed
+// (--log-format, not -log-format), and serve and proxy name each flag's
+// type as the schema has it (the flag package reads them as strings).
+func TestHelpNamesFlagsAsTyped(t *testing.T) {
+	for _, name := range append(sortedCommands(), "cluster up", "cluster down", "cluster status") {
+		_, out, _ := runCLI(append(strings.Fields(name), "--help")...)
+		_, flags, ok := strings.Cut(out, "\nFlags:\n")
+		if !ok {
+			continue // version, the cluster group
+		}
+		flags, _, _ = strings.Cut(flags, "\n\n")
+		for _, line := range strings.Split(flags, "\n") {
+			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+				t.Errorf("%s --help: %q: a flag is typed with two dashes", name, line)
+			}
+		}
+	}
+	for _, cmd := range []string{"serve", "proxy"} {
+		_, out, _ := runCLI(cmd, "--help")
+		for _, want := range []string{"  --auto-n-max-n int\n", "  --flush-interval duration\n", "  --mode fast|durable\n", "  --redis host:port,...\n", "  --buffered\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s --help lacks %q", cmd, want)
+			}
+		}
+	}
+}
+
 func sortedCommands() []string {
 	var out []string
 	for n := range commands {
