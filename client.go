@@ -416,20 +416,53 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 // it at once). It reports whether the counter existed. A cold counter
 // expires exactly as its one cache key does; a sharded one is taken as
 // gone by every reader from the deadline on (see docs/concepts.md, counter lifecycle,
-// for how increments, clears and folds meet a deadline).
+// for how increments, clears and folds meet a deadline). In a region the
+// deadline is the counter's in every region (docs/regions.md, Deadlines).
 func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
+	}
+	if c.reg != nil && !at.After(c.cfg.Clock.Now()) {
+		return c.expireNowGlobal(ctx, key)
 	}
 	existed, err := c.eng.Expire(ctx, key, at)
 	if err == nil && existed && c.dur != nil {
 		err = c.dur.Deadline(ctx, key, at) // a deadline not after now: a clear
 	}
+	if err == nil && c.reg != nil {
+		// Every region's part gets the deadline, and the counter ends
+		// in every region when it passes.
+		existed, err = c.reg.SetDeadline(ctx, key, at, existed)
+	}
 	return existed, err
 }
 
+// expireNowGlobal is Expire with a deadline not after now in a region: a
+// clear of the counter in every region, when it exists in some region.
+func (c *Client) expireNowGlobal(ctx context.Context, key string) (bool, error) {
+	r, err := c.GetFresh(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	n, err := c.eng.Exists(ctx, []string{key})
+	if err != nil {
+		return false, err
+	}
+	existed := n > 0
+	for name, sh := range r.Regions {
+		if name != c.cfg.Region && sh.Value != 0 {
+			existed = true
+		}
+	}
+	if !existed {
+		return false, nil
+	}
+	return true, c.Clear(ctx, key)
+}
+
 // Persist removes the deadline of key, as Redis PERSIST does. It reports
-// whether there was one.
+// whether there was one. In a region, the counter keeps no deadline in
+// any region.
 func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
@@ -437,6 +470,12 @@ func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
 	had, err := c.eng.Persist(ctx, key)
 	if err == nil && had && c.dur != nil {
 		err = c.dur.Deadline(ctx, key, time.Time{})
+	}
+	if err == nil && c.reg != nil {
+		var some bool
+		if some, err = c.reg.SetDeadline(ctx, key, time.Time{}, had); !had {
+			had = some && err == nil
+		}
 	}
 	return had, err
 }

@@ -103,12 +103,42 @@ func (c *Client) startRegions() error {
 	var err error
 	c.reg, err = regions.New(regions.Config{
 		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals, Durable: dr,
+		Deadlines: c.eng.Deadlines, Expire: c.ownDeadline, Ended: c.regionEnded,
+		Expiring: func(key string) bool { return s.table.Lookup(key).TTL != 0 },
 		Interval: s.ShipInterval, Settle: settle, ReadTTL: s.Defaults.ReadCacheTTL, Timeout: s.Timeout, Clock: s.Clock,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
+}
+
+// ownDeadline gives this region's own counter key the deadline at (zero:
+// none) that the counter's deadline register holds (set in a peer), as
+// Expire and Persist do here, the durable record included.
+func (c *Client) ownDeadline(ctx context.Context, key string, at time.Time) error {
+	var ok bool
+	var err error
+	if at.IsZero() {
+		ok, err = c.eng.Persist(ctx, key)
+	} else {
+		ok, err = c.eng.Expire(ctx, key, at)
+	}
+	if err == nil && ok && c.dur != nil {
+		err = c.dur.Deadline(ctx, key, at)
+	}
+	return err
+}
+
+// regionEnded drops, after a durable-mode counter's expiry ran here, what
+// the ended counter left in the durable store (its log events and total
+// up to the deadline), so that its exact total, which this region ships,
+// counts only the counter that started after it.
+func (c *Client) regionEnded(ctx context.Context, key string, at time.Time) error {
+	if c.cfg.table.Lookup(key).Mode != ModeDurable || c.cfg.Durability.Store == nil {
+		return nil
+	}
+	return c.cfg.Durability.Store.ClearEnded(ctx, key, at)
 }
 
 // peerClient connects to a peer region's cache.

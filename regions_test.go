@@ -456,3 +456,151 @@ func TestRegionsConfig(t *testing.T) {
 		t.Fatalf("Validate(%+v) = %v", ok, err)
 	}
 }
+
+// waitFor polls cond (every 50 ms, up to 30 s) and fails with what
+// describes the last state.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 30 s: %s", what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRegionsExpiry: a deadline set in one region (Expire, or a namespace
+// ttl at the first write) becomes the counter's in every region, and
+// when it passes the counter is gone in every region, the peers' copies
+// of its parts included; increments after it start a new counter. Also
+// with the deadline passing during a partition, and with a deadline set
+// during a partition (observed-remove: what the other side counted that
+// the expiring region had not received survives).
+func TestRegionsExpiry(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	ttl := func(cfg *hotcount.Config) {
+		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "ttl:", TTL: 3 * time.Second})
+	}
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", ttl), "us": w.client(t, "us", ttl)}
+	ctx := context.Background()
+	incr := func(t *testing.T, region, key string, n int64) {
+		t.Helper()
+		if err := clients[region].Incr(ctx, key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// hasDeadline waits until region's own part of key has the deadline
+	// at: the deadline travelled.
+	hasDeadline := func(t *testing.T, region, key string, at time.Time) {
+		t.Helper()
+		waitFor(t, region+"'s own part of "+key+" takes the deadline "+at.Format(time.StampMilli), func() (bool, string) {
+			d, ok, err := clients[region].Deadline(ctx, key)
+			return err == nil && ok && d.UnixMilli() == at.UnixMilli(), fmt.Sprintf("deadline %v, exists %v, %v", d, ok, err)
+		})
+	}
+	// gone checks that region reads want for key with no share of the
+	// other region's old part.
+	reads := func(t *testing.T, region, key string, want int64) {
+		t.Helper()
+		r, err := clients[region].GetFresh(ctx, key)
+		if err != nil || r.Value != want {
+			t.Fatalf("%s reads %s = %d (shares %v), %v; want %d", region, key, r.Value, r.Regions, err, want)
+		}
+	}
+	untilPast := func(at time.Time) { time.Sleep(time.Until(at) + 50*time.Millisecond) }
+	t.Run("expire", func(t *testing.T) {
+		key := "exp:a"
+		incr(t, "eu", key, 10)
+		incr(t, "us", key, 20)
+		converge(t, key, 30, clients)
+		at := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+		if ok, err := clients["eu"].Expire(ctx, key, at); err != nil || !ok {
+			t.Fatalf("eu Expire = %v, %v", ok, err)
+		}
+		hasDeadline(t, "us", key, at)
+		untilPast(at)
+		// Gone in both, us's copy of eu's part included, at once.
+		reads(t, "us", key, 0)
+		reads(t, "eu", key, 0)
+		converge(t, key, 0, clients)
+		// Increments after the deadline start a new counter, without it.
+		incr(t, "us", key, 5)
+		converge(t, key, 5, clients)
+		if d, _, err := clients["eu"].Deadline(ctx, key); err != nil || !d.IsZero() {
+			t.Fatalf("eu's deadline of the new %s = %v, %v; want none", key, d, err)
+		}
+	})
+	t.Run("namespace ttl", func(t *testing.T) {
+		key := "ttl:a"
+		incr(t, "eu", key, 1)
+		time.Sleep(500 * time.Millisecond)
+		incr(t, "us", key, 2)
+		at, ok, err := clients["eu"].Deadline(ctx, key)
+		if err != nil || !ok || at.IsZero() {
+			t.Fatalf("eu's deadline of %s = %v, %v, %v; want the ttl's", key, at, ok, err)
+		}
+		// The counter expires ttl after its first write in any region.
+		hasDeadline(t, "us", key, at)
+		converge(t, key, 3, clients)
+		untilPast(at)
+		reads(t, "us", key, 0)
+		reads(t, "eu", key, 0)
+		converge(t, key, 0, clients)
+	})
+	t.Run("deadline passes during a partition", func(t *testing.T) {
+		key := "exp:b"
+		incr(t, "eu", key, 10)
+		incr(t, "us", key, 20)
+		converge(t, key, 30, clients)
+		at := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
+			t.Fatal(err)
+		}
+		hasDeadline(t, "us", key, at)
+		w.isolate("us", true)
+		untilPast(at)
+		// Cut off, neither keeps serving the other's part.
+		reads(t, "us", key, 0)
+		reads(t, "eu", key, 0)
+		incr(t, "eu", key, 1)
+		incr(t, "us", key, 2)
+		time.Sleep(4 * regionShip)
+		reads(t, "eu", key, 1)
+		reads(t, "us", key, 2)
+		waitFor(t, "us's link fails while cut off", func() (bool, string) {
+			l := clients["us"].RegionLinks()
+			return len(l) == 1 && l[0].Errors > 0, fmt.Sprintf("%+v", l)
+		})
+		w.isolate("us", false)
+		converge(t, key, 3, clients)
+	})
+	t.Run("deadline set during a partition", func(t *testing.T) {
+		key := "exp:c"
+		incr(t, "eu", key, 10)
+		incr(t, "us", key, 20)
+		converge(t, key, 30, clients)
+		w.isolate("eu", true)
+		at := time.Now().Add(time.Second).Truncate(time.Millisecond)
+		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
+			t.Fatal(err)
+		}
+		incr(t, "us", key, 5) // eu has not received it
+		untilPast(at)
+		reads(t, "eu", key, 0)
+		time.Sleep(4 * regionShip)
+		reads(t, "us", key, 35) // us has not heard of the deadline
+		waitFor(t, "eu's link fails while cut off", func() (bool, string) {
+			l := clients["eu"].RegionLinks()
+			return len(l) == 1 && l[0].Errors > 0, fmt.Sprintf("%+v", l)
+		})
+		w.isolate("eu", false)
+		// The expiry removed what eu had received of us (20) and eu's
+		// own part; us's 5 survive, in both.
+		converge(t, key, 5, clients)
+	})
+}

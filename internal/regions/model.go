@@ -18,6 +18,8 @@ type State struct {
 	Parts map[string]durable.RegionPart
 	// Fences are the fences, by origin.
 	Fences map[string]durable.RegionPart
+	// Deadline is the counter's deadline register (not Set: none).
+	Deadline Deadline
 }
 
 // Share is one region's part of a global reading.
@@ -65,13 +67,23 @@ func fenced(value int64, epoch uint64, f durable.RegionPart, ok bool) int64 {
 // own sub-counters sum to local, at now: local less the fence on self,
 // plus every peer's contribution less the fence on it. It returns each
 // region's share too.
+//
+// A deadline that passed ends the counter as a clear at the deadline
+// would, before the region's shipper runs that clear: the own part counts
+// under the epoch the clear gives it, and a peer's contribution of an
+// older epoch counts nothing.
 func (s *State) Global(self string, local int64, now time.Time) (int64, map[string]Share) {
+	epoch, ended := s.Epoch, uint64(0)
+	if s.Deadline.Passed(now) {
+		ended = expiredEpoch(s.Deadline.At)
+		epoch = max(epoch, ended)
+	}
 	f, ok := s.Fences[self]
-	own := fenced(local, s.Epoch, f, ok)
+	own := fenced(local, epoch, f, ok)
 	shares := map[string]Share{self: {Value: own}}
 	total := own
 	for origin, p := range s.Parts {
-		if origin == self {
+		if origin == self || p.Epoch < ended {
 			continue
 		}
 		f, ok := s.Fences[origin]
@@ -91,6 +103,14 @@ func (s *State) Global(self string, local int64, now time.Time) (int64, map[stri
 // in bad.
 func Parse(key string, hash map[string]string) (s State, bad int) {
 	for f, v := range hash {
+		if f == fieldDeadline {
+			d, err := decodeDeadline(v)
+			if err != nil {
+				bad++
+			}
+			s.Deadline = d
+			continue
+		}
 		if f == fieldEpoch {
 			e, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {

@@ -130,3 +130,37 @@ func TestParse(t *testing.T) {
 		t.Fatalf("Parse = %+v, bad %d", s, bad)
 	}
 }
+
+// TestGlobalAfterDeadline: once the deadline register's deadline passed,
+// a read counts no contribution of the ended counter (an epoch below the
+// one its expiry gives) and the own part under the new epoch, before the
+// expiry ran; a contribution of the counter started after it counts.
+func TestGlobalAfterDeadline(t *testing.T) {
+	at := t0.Add(time.Minute)
+	ex := expiredEpoch(at)
+	s := State{Deadline: Deadline{Stamp: 5, At: at}}
+	s.Merge(rec("us", durable.PartContribution, 0, 1, 1, 20))
+	s.Merge(rec("jp", durable.PartContribution, ex, 1, 1, 4))
+	s.Merge(rec("eu", durable.PartFence, 0, 1, 1, 7)) // a peer's expiry fenced eu's old part
+	if v, _ := s.Global("eu", 10, at.Add(-time.Millisecond)); v != 10-7+20+4 {
+		t.Fatalf("before the deadline: %d", v)
+	}
+	v, shares := s.Global("eu", 3, at)
+	if v != 3+4 || shares["us"].Value != 0 || shares["jp"].Value != 4 {
+		t.Fatalf("at the deadline: %d %v; want 7 (own 3, jp's new 4, us's old part gone)", v, shares)
+	}
+	for _, c := range []string{"1:0", "7:1700000000000"} {
+		d, err := decodeDeadline(c)
+		if err != nil || encodeDeadline(d) != c {
+			t.Fatalf("deadline %q: %+v, %v, encodes %q", c, d, err, encodeDeadline(d))
+		}
+	}
+	for _, c := range []string{"", "0:5", "1", "x:1", "1:-1", "1:1:1"} {
+		if _, err := decodeDeadline(c); !errors.Is(err, ErrWire) {
+			t.Errorf("decodeDeadline(%q) = %v, want ErrWire", c, err)
+		}
+	}
+	if p, bad := Parse("k", map[string]string{"d": "9:1700000060000", "c:us": Encode(rec("us", durable.PartContribution, 0, 1, 1, 2))}); bad != 0 || p.Deadline.Stamp != 9 || !p.Deadline.At.Equal(at) {
+		t.Fatalf("Parse = %+v, %d bad", p, bad)
+	}
+}

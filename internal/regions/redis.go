@@ -75,15 +75,79 @@ local function newer(v, old)
 end
 `
 
+// deadlines holds the Lua functions of the deadline register (field 'd',
+// "stamp:at_ms"): nowms, the cache's clock in ms; reg, a register's stamp
+// and deadline; dset, which stores register v unless the stored one wins
+// (a higher stamp; of one stamp, the earlier deadline, none counting as
+// the latest), never takes up a deadline that passed, and leaves a stored
+// one that passed (its expiry not yet run) alone; and expire, which runs
+// the expiry of a register whose deadline passed, as a clear at the
+// deadline: the own epoch rises to 2 × the deadline + 2, every
+// contribution of an older epoch is fenced (observed-remove), and the
+// register goes. expire returns the deadline (ms) when it ran, else 0.
+const deadlines = `
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function reg(v)
+  if not v then return nil end
+  local s, at = string.match(v, '^(%d+):(%d+)$')
+  if not s then return nil end
+  return tonumber(s), tonumber(at)
+end
+local function dset(h, v, now)
+  local s, at = reg(v)
+  if not s or s == 0 or (at ~= 0 and at <= now) then return 0 end
+  local ost, oat = reg(redis.call('HGET', h, 'd'))
+  if ost then
+    if oat ~= 0 and oat <= now then return 0 end
+    if s < ost then return 0 end
+    if s == ost then
+      local a, b = at, oat
+      if a == 0 then a = math.huge end
+      if b == 0 then b = math.huge end
+      if a >= b then return 0 end
+    end
+  end
+  redis.call('HSET', h, 'd', v)
+  return 1
+end
+local function expire(h, now)
+  local s, at = reg(redis.call('HGET', h, 'd'))
+  if not s or at == 0 or at > now then return 0 end
+  local ex = 2 * at + 2
+  local e = tonumber(redis.call('HGET', h, 'e') or '0')
+  if e < ex then redis.call('HSET', h, 'e', string.format('%.0f', ex)) end
+  local all = redis.call('HGETALL', h)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'c:' then
+      local v = fields(all[i+1])
+      if v[1] == '1' and #v == 6 and tonumber(v[2]) < ex then
+        local f = 'f:' .. string.sub(all[i], 3)
+        if newer(all[i+1], redis.call('HGET', h, f)) then
+          redis.call('HSET', h, f, all[i+1])
+        end
+      end
+    end
+  end
+  redis.call('HDEL', h, 'd')
+  return at
+end
+`
+
 // applyScript stores records (ARGV: field, value pairs) in the region hash
-// KEYS[1], each only when its version is not older than the stored one.
-// It returns 1 when it stored the first record (the contribution), 0 when
-// a newer one was there: the sender's lease has passed to another
-// process.
-var applyScript = newScript(newer + `
+// KEYS[1], each only when its version is not older than the stored one;
+// a field 'd' is the deadline register, merged as dset does. It returns 1
+// when it stored the first record (the contribution), 0 when a newer one
+// was there: the sender's lease has passed to another process.
+var applyScript = newScript(newer + deadlines + `
 local first = 0
+local now = nowms()
 for i = 1, #ARGV, 2 do
-  if newer(ARGV[i+1], redis.call('HGET', KEYS[1], ARGV[i])) then
+  if ARGV[i] == 'd' then
+    dset(KEYS[1], ARGV[i+1], now)
+  elseif newer(ARGV[i+1], redis.call('HGET', KEYS[1], ARGV[i])) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
     if i == 1 then first = 1 end
   end
@@ -93,8 +157,9 @@ return first
 
 // clearScript starts a clear of the counter whose region hash is KEYS[1]:
 // it sets the own epoch to an odd value above the old one and above 2 ×
-// the cache's clock in ms, and turns every contribution received into a
-// fence (observed-remove). It returns the odd epoch, as a string.
+// the cache's clock in ms, turns every contribution received into a
+// fence (observed-remove), and removes the deadline register (a clear
+// ends the counter and its deadline). It returns the odd epoch, as a string.
 var clearScript = rueidis.NewLuaScript(newer + `
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -115,7 +180,76 @@ for i = 1, #all, 2 do
 end
 local s = string.format('%.0f', odd)
 redis.call('HSET', KEYS[1], 'e', s)
+redis.call('HDEL', KEYS[1], 'd')
 return s
+`)
+
+// setDeadlineScript sets the deadline register of KEYS[1] from this
+// region: ARGV[1] is the deadline in ms (0: none), ARGV[2] the stamp (0:
+// the cache's clock, above the stored stamp; StampTTL for a namespace
+// ttl's), ARGV[3] "1" when the counter exists here. It first runs an
+// expiry whose deadline passed. The register is set only when the counter
+// exists here or the hash holds a peer's contribution (ARGV[4] is this
+// region's name) or a deadline, so that no counter starts. It returns
+// {set, whether the counter exists in some region, the deadline (ms) of
+// the expiry it ran or 0}.
+var setDeadlineScript = newScript(newer + deadlines + `
+local now = nowms()
+local ran = expire(KEYS[1], now)
+local exists = ARGV[3] == '1'
+local ost, oat = reg(redis.call('HGET', KEYS[1], 'd'))
+if not exists then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'c:' and all[i] ~= 'c:' .. ARGV[4] then
+      local v = fields(all[i+1])
+      local left = tonumber(v[5] or '0')
+      local f = redis.call('HGET', KEYS[1], 'f:' .. string.sub(all[i], 3))
+      if f then
+        local w = fields(f)
+        if tonumber(w[2]) == tonumber(v[2]) then
+          left = left - tonumber(w[5])
+        elseif tonumber(w[2]) > tonumber(v[2]) then
+          left = 0
+        end
+      end
+      if left ~= 0 then exists = true end
+    end
+  end
+end
+if not exists and not (ost and oat ~= 0) then return {0, 0, ran} end
+local s = tonumber(ARGV[2])
+if s == 0 then
+  s = now
+  if ost and ost >= s then s = ost + 1 end
+end
+local set = dset(KEYS[1], string.format('%.0f', s) .. ':' .. ARGV[1], now)
+local e = 0
+if exists then e = 1 end
+return {set, e, ran}
+`)
+
+// expireScript runs the expiry of KEYS[1] when its deadline register has
+// passed (see deadlines). It returns the deadline (ms) when it ran, else
+// 0.
+var expireScript = newScript(newer + deadlines + `
+return expire(KEYS[1], nowms())
+`)
+
+// dlKey is shard s of the region's deadline schedule: a sorted set of the
+// counters whose deadline register this region must look at, scored by
+// when (Unix ms).
+func dlKey(s int) string { return "hotcount:rg:dl:{hotcount-rg-" + strconv.Itoa(s) + "}" }
+
+// dlDoneScript takes counters off the schedule KEYS[1] (ARGV: counter,
+// score pairs) unless they were scheduled again meanwhile (another score).
+var dlDoneScript = newScript(`
+for i = 1, #ARGV, 2 do
+  if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]) or '-1') == tonumber(ARGV[i+1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return 0
 `)
 
 // epochScript raises the own epoch of KEYS[1] to ARGV[1] when it is below

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Defaults of Config.
@@ -64,6 +65,23 @@ type Config struct {
 	Peers []Peer
 	// Totals reads this region's own totals; required.
 	Totals Totals
+	// Deadlines reads the deadlines of this region's own counters (keys in
+	// order, as the cache holds them), so that the deadline register a
+	// counter's records carry and its own deadline here agree. Nil:
+	// deadlines do not travel.
+	Deadlines func(ctx context.Context, keys []string) ([]store.Deadline, error)
+	// Expire gives this region's own counter key the deadline at (zero:
+	// none) that a register set elsewhere holds; it does not touch the
+	// register. Required with Deadlines.
+	Expire func(ctx context.Context, key string, at time.Time) error
+	// Ended, when set, is called after the expiry of key at at ran here
+	// (the clear at its deadline), e.g. for the durable store to drop what
+	// the ended counter left.
+	Ended func(ctx context.Context, key string, at time.Time) error
+	// Expiring, when set, reports whether counter key gets a deadline at
+	// its first write (a namespace ttl): its own deadline is read at every
+	// ship and becomes the register's (StampTTL) when it has none.
+	Expiring func(key string) bool
 	// Durable, when set, keeps the region's own contributions (so that a
 	// peer whose cache lost them gets them again, and an own epoch lost
 	// with the cache comes back) and the peers' parts received.
@@ -165,6 +183,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("%w: region name %q (1-64 letters, digits, - or _)", ErrConfig, cfg.Region)
 	case cfg.Local == nil || cfg.Totals == nil:
 		return nil, fmt.Errorf("%w: Local and Totals are required", ErrConfig)
+	case cfg.Deadlines != nil && cfg.Expire == nil:
+		return nil, fmt.Errorf("%w: Deadlines needs Expire", ErrConfig)
 	case cfg.Interval < 0 || cfg.LeaseTTL < 0 || cfg.Settle < 0 || cfg.Timeout < 0 || cfg.Batch < 0:
 		return nil, fmt.Errorf("%w: negative setting", ErrConfig)
 	}
@@ -300,6 +320,69 @@ func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 		return fmt.Errorf("regions: clear %q: %w", key, err)
 	}
 	return nil
+}
+
+// SetDeadline sets the deadline register of key from this region: at
+// (zero: none, a Persist), stamped with the cache's clock, so that every
+// region gives its own part of the counter that deadline and ends the
+// counter when it passes. here says whether the counter exists in this
+// region; the register is set only when it exists in some region (or
+// holds a deadline), and exists reports whether it does. The caller has
+// given its own counter the deadline already.
+func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, here bool) (exists bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	ms := int64(0)
+	if !at.IsZero() {
+		ms = at.UnixMilli()
+	}
+	flag := "0"
+	if here {
+		flag = "1"
+	}
+	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
+		args: []string{strconv.FormatInt(ms, 10), "0", flag, s.cfg.Region}}})
+	out, err := res[0].AsIntSlice()
+	s.drop(key)
+	if err != nil || len(out) != 3 {
+		return here, fmt.Errorf("regions: deadline %q: %w (%v)", key, err, out)
+	}
+	if out[2] != 0 {
+		s.ended(ctx, key, out[2])
+	}
+	if out[0] == 1 && ms != 0 {
+		if err := s.schedule(ctx, key, ms, true); err != nil {
+			return out[1] == 1, err
+		}
+	}
+	s.Mark(key, false)
+	return out[1] == 1, nil
+}
+
+// schedule puts key on the deadline schedule at ms (Unix): only earlier
+// than it is when lt.
+func (s *Service) schedule(ctx context.Context, key string, ms int64, lt bool) error {
+	b := s.cfg.Local.B().Zadd().Key(dlKey(shardOf(key)))
+	var cmd rueidis.Completed
+	if lt {
+		cmd = b.Lt().ScoreMember().ScoreMember(float64(ms), key).Build()
+	} else {
+		cmd = b.ScoreMember().ScoreMember(float64(ms), key).Build()
+	}
+	if err := s.cfg.Local.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("regions: schedule %q: %w", key, err)
+	}
+	return nil
+}
+
+// ended tells the caller that key's expiry at ms ran here (Config.Ended)
+// and ships it (the new epoch and the fences).
+func (s *Service) ended(ctx context.Context, key string, ms int64) {
+	s.drop(key)
+	s.Mark(key, false)
+	if s.cfg.Ended != nil {
+		_ = s.cfg.Ended(ctx, key, time.UnixMilli(ms))
+	}
 }
 
 func (s *Service) drop(key string) {

@@ -2,12 +2,14 @@ package regions
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/store"
 )
 
 // outboxes returns the outbox keys of shard s, one per peer.
@@ -169,7 +171,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		}
 		return 0, 0, err
 	}
-	recs, ready, err := s.records(ctx, keys, tok)
+	recs, regs, ready, err := s.records(ctx, keys, tok)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -178,6 +180,8 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	}
 	var calls []call
 	var shippedKeys []string
+	var hints rueidis.Commands
+	now := s.cfg.Clock.Now()
 	n, size := 0, 0
 	for _, k := range keys {
 		rs := recs[k]
@@ -190,20 +194,30 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			args = append(args, f, v)
 			size += len(k) + len(f) + len(v)
 		}
+		if d, ok := regs[k]; ok {
+			v := encodeDeadline(d)
+			args = append(args, fieldDeadline, v)
+			size += len(fieldDeadline) + len(v)
+			// The peer looks at the register now: it gives its own part
+			// the deadline and schedules the expiry.
+			hints = append(hints, l.client.B().Zadd().Key(dlKey(shardOf(k))).Lt().ScoreMember().
+				ScoreMember(float64(now.UnixMilli()), k).Build())
+		}
 		n += len(rs)
 		calls = append(calls, call{s: applyScript, keys: []string{hashKey(k)}, args: args})
 		shippedKeys = append(shippedKeys, k)
 	}
 	// One round to the peer: whether it knows this region, the records,
-	// and its inbox (its lease holder keeps what arrived in its durable
-	// store).
+	// its inbox (its lease holder keeps what arrived in its durable
+	// store) and its deadline schedule.
 	calls = append(calls, markCalls(shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
-	res := round(ctx, l.client, rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}, calls)
+	res := round(ctx, l.client, append(rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}, hints...), calls)
 	for _, r := range res[1:] {
 		if err := r.Error(); err != nil {
 			return 0, 0, err
 		}
 	}
+	res = append(res[:1:1], res[1+len(hints):]...)
 	for i, k := range shippedKeys {
 		if v, _ := res[1+i].AsInt64(); v == 0 {
 			// A newer holder's record is there: this process's lease is
@@ -236,11 +250,9 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			if !ready[k] {
 				continue
 			}
-			for _, p := range recs[k] {
-				if p.Kind == durable.PartContribution && p.Origin == s.cfg.Region {
-					own = append(own, p)
-				}
-			}
+			// The own contribution, and the fences this region holds
+			// (an exact read here subtracts them too).
+			own = append(own, recs[k]...)
 		}
 		if err := s.cfg.Durable.SaveRegionParts(ctx, own); err != nil {
 			return n, size, err
@@ -250,34 +262,46 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 }
 
 // records reads the own totals of keys and builds, per counter, its
-// contribution record and the fences this region holds. A counter whose
-// own epoch changed during the read, or whose clear is under way, gets no
-// record this round (ready false: it stays in the outbox).
-func (s *Service) records(ctx context.Context, keys []string, tok uint64) (map[string][]durable.RegionPart, map[string]bool, error) {
+// contribution record and the fences this region holds, and the deadline
+// register it carries (regs). A counter whose own epoch changed during
+// the read, or whose clear is under way, or whose deadline passed (its
+// expiry runs first) gets no record this round (ready false: it stays in
+// the outbox).
+func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs map[string][]durable.RegionPart, regs map[string]Deadline, ready map[string]bool, err error) {
 	before, err := readHashes(ctx, s.cfg.Local, keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	t0 := s.cfg.Clock.Now()
 	totals, err := s.cfg.Totals(ctx, keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	after, err := readHashes(ctx, s.cfg.Local, keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var stored map[string][]durable.RegionPart
 	if s.cfg.Durable != nil {
 		if stored, err = s.cfg.Durable.LoadRegionParts(ctx, keys); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	now := s.cfg.Clock.Now()
-	recs := make(map[string][]durable.RegionPart, len(keys))
-	ready := make(map[string]bool, len(keys))
+	states := make([]State, len(keys))
+	for i, k := range keys {
+		states[i], _ = Parse(k, after[i])
+	}
+	own, err := s.ownDeadlines(ctx, keys, states, now)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	recs = make(map[string][]durable.RegionPart, len(keys))
+	regs = make(map[string]Deadline)
+	ready = make(map[string]bool, len(keys))
 	for i, k := range keys {
 		s0, _ := Parse(k, before[i])
-		s1, _ := Parse(k, after[i])
+		s1 := states[i]
 		if s0.Epoch != s1.Epoch {
 			continue
 		}
@@ -288,10 +312,35 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (map[s
 			}
 			continue
 		}
+		if s1.Deadline.Passed(now) {
+			// The counter ended at its deadline: its expiry runs first
+			// (when the total was read after it), and the counter that
+			// starts after it is shipped next round.
+			if s1.Deadline.Passed(t0) {
+				s.expire(ctx, k)
+			}
+			continue
+		}
 		if restored := ownEpoch(stored[k], s.cfg.Region); restored > s1.Epoch {
 			// The cache lost the own epoch: take it back, ship next round.
 			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(restored, 10)}).Error()
 			continue
+		}
+		d := s1.Deadline
+		if o, ok := own[k]; ok && o.Exists {
+			switch {
+			case !o.At.IsZero() && (!d.Set() || d.Stamp == StampTTL && o.At.Before(d.At)):
+				// A namespace ttl's deadline: the register's, if it is
+				// the earliest.
+				nd := Deadline{Stamp: StampTTL, At: o.At}
+				if err := s.setRegister(ctx, k, nd); err == nil {
+					d = nd
+				}
+			case d.Set() && o.At.UnixMilli() != d.At.UnixMilli() && (!o.At.IsZero() || !d.At.IsZero()):
+				// A deadline set elsewhere (or here, before this counter
+				// started again) is this part's too.
+				_ = s.cfg.Expire(ctx, k, d.At)
+			}
 		}
 		rs := []durable.RegionPart{{Key: k, Origin: s.cfg.Region, Kind: durable.PartContribution, Epoch: s1.Epoch,
 			Lease: tok, Seq: s.seq.Add(1), Value: totals[k], At: now}}
@@ -299,9 +348,71 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (map[s
 			rs = append(rs, f)
 		}
 		recs[k] = rs
+		if d.Set() {
+			regs[k] = d
+		}
 		ready[k] = true
 	}
-	return recs, ready, nil
+	return recs, regs, ready, nil
+}
+
+// ownDeadlines reads the own deadlines of the counters of keys that have
+// a deadline register, or get a deadline at their first write.
+func (s *Service) ownDeadlines(ctx context.Context, keys []string, states []State, now time.Time) (map[string]store.Deadline, error) {
+	if s.cfg.Deadlines == nil {
+		return nil, nil
+	}
+	var ask []string
+	for i, k := range keys {
+		if states[i].Deadline.Set() && !states[i].Deadline.Passed(now) || s.cfg.Expiring != nil && s.cfg.Expiring(k) {
+			ask = append(ask, k)
+		}
+	}
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	ds, err := s.cfg.Deadlines(ctx, ask)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Deadline, len(ask))
+	for i, k := range ask {
+		if i < len(ds) {
+			out[k] = ds[i]
+		}
+	}
+	return out, nil
+}
+
+// setRegister merges d into key's register here and schedules its
+// deadline.
+func (s *Service) setRegister(ctx context.Context, key string, d Deadline) error {
+	ms := int64(0)
+	if !d.At.IsZero() {
+		ms = d.At.UnixMilli()
+	}
+	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
+		args: []string{strconv.FormatInt(ms, 10), strconv.FormatUint(d.Stamp, 10), "1", s.cfg.Region}}})
+	if err := res[0].Error(); err != nil {
+		return err
+	}
+	s.drop(key)
+	if ms == 0 {
+		return nil
+	}
+	return s.schedule(ctx, key, ms, true)
+}
+
+// expire runs key's expiry here if its deadline passed (by the cache's
+// clock), and reports whether it ran.
+func (s *Service) expire(ctx context.Context, key string) bool {
+	res := round(ctx, s.cfg.Local, nil, []call{{s: expireScript, keys: []string{hashKey(key)}}})
+	at, err := res[0].AsInt64()
+	if err != nil || at == 0 {
+		return false
+	}
+	s.ended(ctx, key, at)
+	return true
 }
 
 // ownEpoch returns the epoch of origin's contribution among parts (0:
@@ -363,7 +474,107 @@ func (s *Service) inboxLoop() {
 			continue
 		}
 		_ = s.drainInbox(boxes)
+		_ = s.runDeadlines()
 	}
+}
+
+// runDeadlines looks at the counters whose time on the deadline schedule
+// came: a register set elsewhere becomes their own part's deadline here
+// (and they are looked at again at the deadline), and a deadline that
+// passed runs their expiry.
+func (s *Service) runDeadlines() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	now := s.cfg.Clock.Now()
+	cmds := make(rueidis.Commands, Shards)
+	for i := range cmds {
+		cmds[i] = s.cfg.Local.B().Zrange().Key(dlKey(i)).Min("0").Max(strconv.FormatInt(now.UnixMilli(), 10)).
+			Byscore().Limit(0, int64(s.cfg.Batch)).Withscores().Build()
+	}
+	type due struct {
+		key   string
+		score float64
+	}
+	var dues []due
+	for i, r := range s.cfg.Local.DoMulti(ctx, cmds...) {
+		zs, err := r.AsZScores()
+		if err != nil {
+			return fmt.Errorf("regions: deadlines %s: %w", dlKey(i), err)
+		}
+		for _, z := range zs {
+			dues = append(dues, due{z.Member, z.Score})
+		}
+	}
+	if len(dues) == 0 {
+		return nil
+	}
+	keys := make([]string, len(dues))
+	for i, d := range dues {
+		keys[i] = d.key
+	}
+	hashes, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return err
+	}
+	states := make([]State, len(keys))
+	for i, k := range keys {
+		states[i], _ = Parse(k, hashes[i])
+	}
+	var own map[string]store.Deadline
+	if s.cfg.Deadlines != nil {
+		var ask []string
+		for i, k := range keys {
+			if states[i].Deadline.Set() && !states[i].Deadline.Passed(now) {
+				ask = append(ask, k)
+			}
+		}
+		if len(ask) > 0 {
+			ds, err := s.cfg.Deadlines(ctx, ask)
+			if err != nil {
+				return err
+			}
+			own = make(map[string]store.Deadline, len(ask))
+			for i, k := range ask {
+				if i < len(ds) {
+					own[k] = ds[i]
+				}
+			}
+		}
+	}
+	done := make(map[int][]string)
+	for i, k := range keys {
+		d := states[i].Deadline
+		switch {
+		case !d.Set():
+		case d.Passed(now):
+			if !s.expire(ctx, k) {
+				continue // not yet by the cache's clock: next round
+			}
+		default:
+			if o, ok := own[k]; ok && o.Exists && o.At.UnixMilli() != d.At.UnixMilli() && (!o.At.IsZero() || !d.At.IsZero()) {
+				if err := s.cfg.Expire(ctx, k, d.At); err != nil {
+					continue // looked at again next round
+				}
+			}
+			if !d.At.IsZero() {
+				if err := s.schedule(ctx, k, d.At.UnixMilli(), false); err == nil {
+					continue // looked at again at the deadline
+				}
+			}
+		}
+		sh := shardOf(k)
+		done[sh] = append(done[sh], k, strconv.FormatFloat(dues[i].score, 'f', -1, 64))
+	}
+	var calls []call
+	for sh, args := range done {
+		calls = append(calls, call{s: dlDoneScript, keys: []string{dlKey(sh)}, args: args})
+	}
+	for _, r := range round(ctx, s.cfg.Local, nil, calls) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("regions: deadlines: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Service) drainInbox(boxes []string) error {

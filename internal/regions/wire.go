@@ -126,3 +126,60 @@ func ValidName(name string) bool {
 	}
 	return true
 }
+
+// fieldDeadline is the hash field of the counter's deadline register.
+const fieldDeadline = "d"
+
+// StampTTL is the Stamp of a deadline that a namespace ttl gave a counter
+// at its first write in a region: below every Expire's and Persist's, and
+// of two such deadlines the earlier wins (the counter expires ttl after
+// its first write in any region).
+const StampTTL = 1
+
+// Deadline is a counter's deadline as the regions agree on it: a register
+// that every region keeps in the counter's region hash and ships with the
+// counter's contribution. Of two settings, the higher Stamp wins; of two of
+// one Stamp, the earlier deadline (none counting as the latest).
+type Deadline struct {
+	// Stamp orders settings: the region cache's clock in ms when Expire or
+	// Persist set it (raised above the stamp it replaces), or StampTTL.
+	// Zero: no register.
+	Stamp uint64
+	// At is the deadline; zero: none (a Persist).
+	At time.Time
+}
+
+// Set reports whether d holds a register.
+func (d Deadline) Set() bool { return d.Stamp != 0 }
+
+// Passed reports whether d's deadline is at or before now.
+func (d Deadline) Passed(now time.Time) bool { return !d.At.IsZero() && !now.Before(d.At) }
+
+// expiredEpoch is the own epoch a counter takes when deadline at passes
+// (a clear at at): above every epoch a clear before at gave it
+// (2 × its ms + 2).
+func expiredEpoch(at time.Time) uint64 { return 2*uint64(max(at.UnixMilli(), 0)) + 2 }
+
+// encodeDeadline returns the wire form of d: "stamp:at_ms" (at 0: none).
+func encodeDeadline(d Deadline) string {
+	ms := int64(0)
+	if !d.At.IsZero() {
+		ms = d.At.UnixMilli()
+	}
+	return strconv.FormatUint(d.Stamp, 10) + ":" + strconv.FormatInt(ms, 10)
+}
+
+// decodeDeadline parses the wire form of a deadline register.
+func decodeDeadline(v string) (Deadline, error) {
+	s, at, ok := strings.Cut(v, ":")
+	stamp, err1 := strconv.ParseUint(s, 10, 64)
+	ms, err2 := strconv.ParseInt(at, 10, 64)
+	if !ok || err1 != nil || err2 != nil || stamp == 0 || stamp > MaxVersionField || ms < 0 || ms > maxMillis {
+		return Deadline{}, fmt.Errorf("%w: deadline %q", ErrWire, v)
+	}
+	d := Deadline{Stamp: stamp}
+	if ms != 0 {
+		d.At = time.UnixMilli(ms)
+	}
+	return d, nil
+}
