@@ -490,8 +490,11 @@ func (c *serveConfig) Validate() error {
 	if err := c.resolveTokens(); err != nil {
 		return err
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return bad(setTLSCert, "tls_cert and tls_key go together")
+	switch {
+	case c.TLSCert != "" && c.TLSKey == "":
+		return bad(setTLSCert, "needs tls_key (they go together)")
+	case c.TLSCert == "" && c.TLSKey != "":
+		return bad(setTLSKey, "needs tls_cert (they go together)")
 	}
 	c.listenTLS = nil
 	if c.TLSCert != "" {
