@@ -53,7 +53,9 @@ func (fs *flagSet) parse(args []string) (code int, done bool) {
 // printHelp writes the command's summary, flags and examples to stdout.
 func (fs *flagSet) printHelp() {
 	w := fs.stdout
-	if c, ok := commands[strings.Fields(fs.cmd)[0]]; ok {
+	if sum, ok := subcommandSummaries[fs.cmd]; ok {
+		fmt.Fprintf(w, "%s: %s\n\n", fs.Name(), sum)
+	} else if c, ok := commands[strings.Fields(fs.cmd)[0]]; ok {
 		fmt.Fprintf(w, "%s: %s\n\n", fs.Name(), c.summary)
 	}
 	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", fs.Name())

@@ -138,6 +138,22 @@ func TestHelpNamesFlagsAsTyped(t *testing.T) {
 	}
 }
 
+// TestSubcommandHelp: a command of two words has its own summary and
+// examples, and its group's help names it.
+func TestSubcommandHelp(t *testing.T) {
+	for _, name := range []string{"bench longtail", "cluster up", "cluster down", "cluster status"} {
+		code, out, _ := runCLI(append(strings.Fields(name), "--help")...)
+		group := commands[strings.Fields(name)[0]].summary
+		first, _, _ := strings.Cut(out, "\n")
+		if code != exitOK || strings.Contains(first, group) || !strings.Contains(out, "Examples:\n  hotcount "+name) {
+			t.Errorf("%s --help: exit %d, first line %q (the group's summary is %q); want its own summary and examples", name, code, first, group)
+		}
+	}
+	if _, out, _ := runCLI("bench", "--help"); !strings.Contains(out, "hotcount bench longtail") {
+		t.Errorf("bench --help does not name bench longtail")
+	}
+}
+
 func sortedCommands() []string {
 	var out []string
 	for n := range commands {

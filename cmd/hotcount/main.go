@@ -134,6 +134,15 @@ Environment:
   HOTCOUNT_<SETTING>                       a setting of serve or proxy (hotcount help serve, docs/configuration.md)
 `
 
+// subcommandSummaries are the summaries of the commands of two words,
+// whose help would otherwise show their group's.
+var subcommandSummaries = map[string]string{
+	"bench longtail": "many mostly cold counters and a viral key, through the proxy and the library, against plain INCR",
+	"cluster up":     "start a local Redis Cluster of redis-server processes and print its seeds",
+	"cluster down":   "stop the local Redis Cluster of --dir and remove its CPU groups",
+	"cluster status": "show the nodes of the local Redis Cluster of --dir and their CPU quotas",
+}
+
 // commandExamples are the examples of each command's help.
 var commandExamples = map[string]string{
 	"serve": `  hotcount serve
@@ -169,6 +178,13 @@ var commandExamples = map[string]string{
                                                    a quick look, about 15 s
   hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
                                                    3 rounds of 10 s per mode: about two minutes
+  hotcount bench longtail --redis 127.0.0.1:7100 --json
+                                                   the long tail and the mixed load against plain INCR (docs/performance.md)
+`,
+	"bench longtail": `  hotcount bench longtail --redis 127.0.0.1:7100 --json
+                                                   200,000 cold counters and a viral key, proxy and library, a few minutes
+  hotcount bench longtail --redis 127.0.0.1:7100 --paths library --workloads mixed --duration 10m
+                                                   ten minutes of the mixed load through the library
 `,
 	"soak": `  hotcount soak --duration 1m --interval 10s
   hotcount soak --redis 127.0.0.1:7100 --duration 10m --keep
