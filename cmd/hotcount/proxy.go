@@ -38,6 +38,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	set := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { set[settingOfFlag(f.Name).name] = f.Value.String() })
+	for _, w := range envTypos(os.Environ()) {
+		fmt.Fprintln(stderr, "hotcount: warning:", w)
+	}
 	cfg, err := loadConfigFor(cmdProxy, set, os.LookupEnv)
 	if err != nil {
 		return usagef(stderr, "proxy: %v", err)

@@ -548,6 +548,42 @@ func unknownKey(k *yaml.Node, key, where string, known []string) error {
 	return fmt.Errorf("%s", msg)
 }
 
+// envTypos returns a warning for each HOTCOUNT_* variable of environ that
+// names no setting but is a likely typo of one (HOTCOUNT_BUFFERD: did you
+// mean HOTCOUNT_BUFFERED?) or names a setting only the file can hold
+// (HOTCOUNT_NAMESPACES). Other HOTCOUNT_* variables, such as the
+// counter commands' HOTCOUNT_SERVER, are left alone.
+func envTypos(environ []string) []string {
+	known := map[string]bool{}
+	fileOnly := map[string]string{}
+	var names []string
+	for _, s := range settings {
+		if s.fileOnly {
+			fileOnly[s.env()] = s.name
+			continue
+		}
+		known[s.env()] = true
+		names = append(names, strings.TrimPrefix(s.env(), "HOTCOUNT_"))
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, "HOTCOUNT_")
+		if !ok || known[name] {
+			continue
+		}
+		if setting, ok := fileOnly[name]; ok {
+			out = append(out, fmt.Sprintf("%s is ignored: %s is set only in the config file", name, setting))
+			continue
+		}
+		if near := nearest(rest, names); near != "" {
+			out = append(out, fmt.Sprintf("%s is not a setting and is ignored (did you mean HOTCOUNT_%s?)", name, near))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // nearest returns the known name closest to name by edit distance, when
 // it is close enough to be a likely typo; "" otherwise.
 func nearest(name string, known []string) string {
@@ -649,7 +685,11 @@ and a message naming the setting and where it came from (` + "`flag --log-format
 strictly: an unknown key is an error that names the nearest known key
 (` + "`unknown key \"bufferd\" (did you mean \"buffered\"?)`" + `), and a key that only
 the other command uses is an error naming that command
-(` + "`resp_listen is a setting of hotcount proxy`" + `).
+(` + "`resp_listen is a setting of hotcount proxy`" + `). The environment is
+shared by both commands, so a variable of the other command's setting is
+ignored; a ` + "`HOTCOUNT_…`" + ` variable that is a likely typo of a setting's, or
+that names a setting only the file holds, gets a warning on stderr
+(` + "`HOTCOUNT_BUFFERD is not a setting and is ignored (did you mean HOTCOUNT_BUFFERED?)`" + `).
 
 ## Settings
 

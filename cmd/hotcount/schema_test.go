@@ -338,3 +338,25 @@ func TestFlagsOfTheOtherCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvTypos: a HOTCOUNT_* variable one typo away from a setting's is
+// named with the setting's, one of a setting only the file holds is said
+// to be ignored; the others (the counter commands' own, the tests') are
+// not named.
+func TestEnvTypos(t *testing.T) {
+	got := envTypos([]string{
+		"HOTCOUNT_BUFFERD=true", "HOTCOUNT_LOG_FORMT=json", "HOTCOUNT_LISTEN=x", "HOTCOUNT_AUTO_N_BUDGT=5",
+		"HOTCOUNT_SERVER=http://x", "HOTCOUNT_CLIENT_TOKEN=t", "HOTCOUNT_TEST_POSTGRES=u", "HOTCOUNT_UPDATE_DOCS=1",
+		"HOTCOUNT_REDOCLY=r", "HOTCOUNT_BENCH_PROXY_PROCS=1", "HOTCOUNT_SOAK_EXPIRE=1", "HOTCOUNT_REGIONS_MEASURE=1",
+		"HOTCOUNT_TEST_FULL=1", "PATH=/bin", "HOTCOUNT_PEERS=x",
+	})
+	want := []string{
+		"HOTCOUNT_AUTO_N_BUDGT is not a setting and is ignored (did you mean HOTCOUNT_AUTO_N_BUDGET?)",
+		"HOTCOUNT_BUFFERD is not a setting and is ignored (did you mean HOTCOUNT_BUFFERED?)",
+		"HOTCOUNT_LOG_FORMT is not a setting and is ignored (did you mean HOTCOUNT_LOG_FORMAT?)",
+		"HOTCOUNT_PEERS is ignored: peers is set only in the config file",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

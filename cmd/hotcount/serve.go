@@ -41,6 +41,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	set := map[string]string{}
 	fs.Visit(func(f *flag.Flag) { set[settingOfFlag(f.Name).name] = f.Value.String() })
+	for _, w := range envTypos(os.Environ()) {
+		fmt.Fprintln(stderr, "hotcount: warning:", w)
+	}
 	cfg, err := loadConfig(set, os.LookupEnv)
 	if err != nil {
 		return fs.usagef("%v", err)
