@@ -129,7 +129,7 @@ const helpEnvironment = `
 Environment:
   HOTCOUNT_SERVER, HOTCOUNT_CLIENT_TOKEN   --server and --token of incr, get, shards and resize
                                            (with neither --server nor --redis: http://127.0.0.1:7070)
-  HOTCOUNT_REDIS                           --redis of incr, get, shards and resize (and serve's redis setting)
+  HOTCOUNT_REDIS                           --redis of incr, get, shards and resize (and the redis setting of serve and proxy)
   HOTCOUNT_REDIS_PASSWORD                  the Redis password of commands that take --redis
   HOTCOUNT_<SETTING>                       a setting of serve or proxy (hotcount help serve, docs/configuration.md)
 `
