@@ -127,7 +127,7 @@ type RedisConfig struct {
 	// after a write to gather more commands into the next one: fewer
 	// system calls per command on the cache under many concurrent callers,
 	// at up to this much latency per command. Zero (the default) writes at
-	// once. `hotcount proxy` sets it to proxy.UpstreamFlushDelay.
+	// once. `hotcount proxy` sets it to proxy.CounterFlushDelay.
 	FlushDelay time.Duration `config:"code"`
 }
 

@@ -228,3 +228,25 @@ func parseCommandStats(s string) (map[string]int64, error) {
 	}
 	return out, sc.Err()
 }
+
+// parseCommandUsec reads INFO commandstats: the microseconds spent in
+// each command (usec), by lower-case command name.
+func parseCommandUsec(s string) map[string]int64 {
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))
+		for _, f := range strings.Split(rest, ",") {
+			if k, v, _ := strings.Cut(f, "="); k == "usec" {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+					out[name] = n
+				}
+			}
+		}
+	}
+	return out
+}

@@ -52,12 +52,21 @@
 // # Calibration and utilisation
 //
 // With Calibrate set (and Redis seeds), Run first measures one node's
-// single-key ceiling with the bench's own client: Procs instances in
-// single mode, with the open-loop worker count, drive one key unpaced for
-// the Calibrate duration; increments acknowledged per second is the
-// ceiling (rueidis pipelines the concurrent calls, so this is the ceiling
-// that matters, not that of one unpipelined connection). The node's own
-// CPU use (INFO cpu) over the same time is reported beside it, so one can
+// single-key ceiling with the bench's own client and the same open-loop
+// generator the paced runs use: Procs instances in single mode, with the
+// open-loop worker count, are offered 1,000 increments per second for a
+// step of Calibrate/6 (at least 100 ms), then twice as many while the node
+// keeps up, then rates bisected between the highest one it kept up with
+// and the lowest it did not, until they are within 10% (at most 14
+// steps). A step keeps up when it achieves 95% of its offered rate within
+// its window and its median latency (from each increment's scheduled
+// start, the wait in the generator's queue included) is at most four
+// times that of the lowest rate offered, or 2 ms. The ceiling is the most
+// any step achieved (rueidis pipelines the concurrent calls, so this is
+// the ceiling that matters, not that of one unpipelined connection), and
+// a run offered a multiple of it (RateCeilings) meets the node as the
+// calibration did. The node's own CPU use (INFO cpu) during the step that
+// set the ceiling is reported beside it, so one can
 // see whether the node or the generator was the limit. Each run then
 // reports every node's writes per second and its utilisation: those writes
 // over the ceiling. Flush scripts (EVALSHA) cost a node more than a plain
@@ -141,8 +150,9 @@ const (
 	MaxProcs = 10_000
 	// MaxWorkers bounds Workers.
 	MaxWorkers = 256
-	// DefaultCalibrate is how long the calibration step of the command
-	// line drives one node (the library's zero Calibrate skips it).
+	// DefaultCalibrate is the command line's Calibrate: each step of the
+	// calibration drives one node for a sixth of it (the library's zero
+	// Calibrate skips it).
 	DefaultCalibrate = 3 * time.Second
 	// openInFlight is the number of unbuffered callers an open-loop run or
 	// a calibration spreads over the instances when Workers is 0. A capped
@@ -191,8 +201,9 @@ type Config struct {
 	// needs Calibrate and excludes Rate.
 	RateCeilings float64
 	// Calibrate, when positive, first measures one node's single-key
-	// ceiling for this long (Redis only); utilisation is reported against
-	// it. Zero skips the calibration.
+	// ceiling (Redis only) in steps of a sixth of it (see the package
+	// documentation); utilisation is reported against it. Zero skips the
+	// calibration.
 	Calibrate time.Duration
 	// Duration is how long each mode is driven (split over the rounds); 0
 	// means DefaultDuration.

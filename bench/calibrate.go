@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -11,36 +12,180 @@ import (
 )
 
 // Calibration is one node's single-key INCR ceiling, measured with the
-// bench's own client (see the package documentation).
+// bench's own client and the open-loop generator of the runs (see the
+// package documentation).
 type Calibration struct {
 	// Node is the node that holds the calibration key.
 	Node string `json:"node"`
 	// Key is the counter driven (cleared afterwards).
 	Key string `json:"key"`
 	// Procs and Workers describe the load: Procs instances of Workers
-	// goroutines each, unpaced.
+	// goroutines each, fed by the open-loop dispatcher.
 	Procs   int `json:"procs"`
 	Workers int `json:"workers"`
-	// Seconds is how long the node was driven.
+	// Seconds is how long the node was driven, over all steps.
 	Seconds float64 `json:"seconds"`
-	// IncrPerSec is the ceiling: increments acknowledged per second.
+	// IncrPerSec is the ceiling: the most increments per second any step
+	// had acknowledged within its window.
 	IncrPerSec float64 `json:"incr_per_sec"`
-	// NodeWritesPerSec is the node's INCRBY rate over the same time
-	// (INFO commandstats); it matches IncrPerSec unless other clients
-	// wrote to the node.
+	// NodeWritesPerSec is the node's INCRBY rate during the step that
+	// set the ceiling (INFO commandstats); it matches IncrPerSec unless
+	// other clients wrote to the node.
 	NodeWritesPerSec float64 `json:"node_writes_per_sec"`
-	// NodeCPU is the part of one CPU the node's process used meanwhile
-	// (INFO cpu): near its quota when the node was the limit, below it
-	// when the generator was.
+	// NodeCPU is the part of one CPU the node's process used during that
+	// step (INFO cpu): near its quota when the node was the limit, below
+	// it when the generator was.
 	NodeCPU float64 `json:"node_cpu"`
-	// Latency is that of the calibration's increments.
+	// Latency is that of the increments of that step.
 	Latency Latency `json:"latency"`
-	// Errors counts failed increments.
+	// Errors counts failed increments, over all steps.
 	Errors int64 `json:"errors"`
+	// Steps are the offered rates, in the order tried, and what each
+	// achieved.
+	Steps []CalibrationStep `json:"steps"`
+}
+
+// CalibrationStep is one offered rate of the calibration.
+type CalibrationStep struct {
+	// OfferedPerSec is the rate scheduled, AchievedPerSec the increments
+	// acknowledged within the step's window per second.
+	OfferedPerSec  float64 `json:"offered_per_sec"`
+	AchievedPerSec float64 `json:"achieved_per_sec"`
+	// Latency is from each increment's scheduled start (the wait in the
+	// generator's queue included) to its acknowledgement.
+	Latency Latency `json:"latency"`
+	// KeptUp says whether the node kept up with the offered rate (see
+	// keptUp).
+	KeptUp bool `json:"kept_up"`
+	// NodeWritesPerSec and NodeCPU are the node's, over the step.
+	NodeWritesPerSec float64 `json:"node_writes_per_sec"`
+	NodeCPU          float64 `json:"node_cpu"`
+}
+
+// The calibration's ramp: it offers calStartRate, doubles the rate while
+// the node keeps up, then bisects (geometrically) between the highest rate
+// kept up with and the lowest one not, until they are within
+// calResolution, or calMaxSteps have run. A step keeps up when it achieves
+// calKeepUp of what it was offered and its median latency has not climbed
+// past calClimb times that of the lowest rate achieved (or calMinClimb,
+// whichever is more); the ramp makes sure that lowest rate is at most
+// 1/calGrowth of the highest one kept up with. A node that does not keep
+// up with calStartRate is offered half as much, down to calMinRate (and
+// once below it, for the lowest rate's latency).
+const (
+	calStartRate  = 1000.0
+	calMinRate    = 10.0
+	calGrowth     = 2.0
+	calResolution = 1.1
+	calKeepUp     = 0.95
+	calClimb      = 4.0
+	calMinClimb   = 2 * time.Millisecond
+	calMaxSteps   = 14
+	// calStepShare is the part of Config.Calibrate each step lasts (at
+	// least minSegment): a calibration runs at most calMaxSteps of them.
+	calStepShare = 6
+)
+
+// keptUp reports whether step st kept up with its offered rate, given
+// base, the lowest median latency of the steps that achieved their rate.
+func keptUp(st CalibrationStep, base time.Duration) bool {
+	if st.AchievedPerSec < calKeepUp*st.OfferedPerSec {
+		return false
+	}
+	p50 := time.Duration(st.Latency.P50Ms * float64(time.Millisecond))
+	return p50 <= max(time.Duration(calClimb*float64(base)), calMinClimb)
+}
+
+// baseLatency returns the median latency of the step with the lowest
+// offered rate among those that achieved calKeepUp of it, and that rate
+// (0 for none).
+func baseLatency(steps []CalibrationStep) (time.Duration, float64) {
+	var base time.Duration
+	var low float64
+	for _, st := range steps {
+		if st.AchievedPerSec >= calKeepUp*st.OfferedPerSec && (low == 0 || st.OfferedPerSec < low) {
+			base, low = time.Duration(st.Latency.P50Ms*float64(time.Millisecond)), st.OfferedPerSec
+		}
+	}
+	return base, low
+}
+
+// nextCalibrationRate returns the rate the next step offers, or done when
+// the ramp has found the ceiling (see the constants above). It marks each
+// step's KeptUp.
+func nextCalibrationRate(steps []CalibrationStep) (rate float64, done bool) {
+	base, low := baseLatency(steps)
+	var good, bad float64
+	for i := range steps {
+		st := &steps[i]
+		st.KeptUp = keptUp(*st, base)
+		switch {
+		case st.KeptUp:
+			good = max(good, st.OfferedPerSec)
+		case bad == 0 || st.OfferedPerSec < bad:
+			bad = st.OfferedPerSec
+		}
+	}
+	switch {
+	case len(steps) == 0:
+		return calStartRate, false
+	case len(steps) >= calMaxSteps:
+		return 0, true
+	case bad == 0:
+		return good * calGrowth, false
+	case good == 0 || low > good/calGrowth*1.001:
+		// Down, until a step keeps up with its rate, and once more, so
+		// that the latency the others are held to is that of a step
+		// well below the ceiling, not of one already queueing.
+		if good == 0 {
+			if next := bad / calGrowth; next >= calMinRate {
+				return next, false
+			}
+			return 0, true
+		}
+		return low / calGrowth, false
+	case bad <= good*calResolution:
+		return 0, true
+	}
+	return math.Sqrt(good * bad), false
+}
+
+// calibrationRamp runs the ramp: measure drives one step at the rate
+// given. It returns the steps and the index of the one with the highest
+// achieved rate (the ceiling), or -1 when there is none.
+func calibrationRamp(ctx context.Context, measure func(rate float64) (CalibrationStep, error)) ([]CalibrationStep, int, error) {
+	var steps []CalibrationStep
+	for ctx.Err() == nil {
+		rate, done := nextCalibrationRate(steps)
+		if done {
+			break
+		}
+		st, err := measure(rate)
+		if err != nil {
+			return steps, ceilingStep(steps), err
+		}
+		st.OfferedPerSec = rate
+		steps = append(steps, st)
+	}
+	nextCalibrationRate(steps) // marks the last step
+	return steps, ceilingStep(steps), ctx.Err()
+}
+
+// ceilingStep returns the index of the step that achieved the most, or
+// -1 for none.
+func ceilingStep(steps []CalibrationStep) int {
+	best := -1
+	for i, st := range steps {
+		if st.AchievedPerSec > 0 && (best < 0 || st.AchievedPerSec > steps[best].AchievedPerSec) {
+			best = i
+		}
+	}
+	return best
 }
 
 // calibrate measures the single-key ceiling of the node that holds the
-// calibration key.
+// calibration key: the ramp above, each step an open-loop window of the
+// generator the runs use (drive with a rate).
 func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error) {
 	key := s.calibrationKey()
 	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
@@ -77,32 +222,50 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		return nil, fmt.Errorf("calibration: opening %d instances: %w", s.Procs, err)
 	}
 	defer closeInstances(ins)
-	before, err := b.calls(ctx, []string{node})
-	if err != nil {
-		return nil, fmt.Errorf("calibration: %w", err)
-	}
-	cpu0, cpuErr := b.cpuSeconds(ctx, node)
-	elapsed := drive(ctx, ins, key, 0, s.Calibrate, cal.Workers)
-	cctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
-	defer cancel()
-	cpu1, err := b.cpuSeconds(cctx, node)
-	cpuErr = errors.Join(cpuErr, err)
-	after, err := b.calls(cctx, []string{node})
-	if err != nil {
-		return nil, fmt.Errorf("calibration: %w", err)
-	}
-	t := sum(ins)
-	cal.Seconds = elapsed.Seconds()
-	cal.Errors = t.failed
-	cal.Latency = latencies(ins).latency()
-	if cal.Seconds > 0 {
-		cal.IncrPerSec = float64(t.sent) / cal.Seconds
-		cal.NodeWritesPerSec = float64(b.writes(after[node].minus(before[node]))) / cal.Seconds
-		if cpuErr == nil {
-			cal.NodeCPU = (cpu1 - cpu0) / cal.Seconds
+	window := max(s.Calibrate/calStepShare, minSegment)
+	measure := func(rate float64) (CalibrationStep, error) {
+		for _, in := range ins {
+			in.lat.reset()
 		}
+		before, err := b.calls(ctx, []string{node})
+		if err != nil {
+			return CalibrationStep{}, fmt.Errorf("calibration: %w", err)
+		}
+		t0 := sum(ins)
+		cpu0, cpuErr := b.cpuSeconds(ctx, node)
+		elapsed := drive(ctx, ins, key, rate, window, cal.Workers)
+		cctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		cpu1, err := b.cpuSeconds(cctx, node)
+		cpuErr = errors.Join(cpuErr, err)
+		after, err := b.calls(cctx, []string{node})
+		if err != nil {
+			return CalibrationStep{}, fmt.Errorf("calibration: %w", err)
+		}
+		t1 := sum(ins)
+		cal.Seconds += elapsed.Seconds()
+		st := CalibrationStep{
+			AchievedPerSec:   float64(t1.achieved-t0.achieved) / window.Seconds(),
+			Latency:          latencies(ins).latency(),
+			NodeWritesPerSec: float64(b.writes(after[node].minus(before[node]))) / elapsed.Seconds(),
+		}
+		if cpuErr == nil {
+			st.NodeCPU = (cpu1 - cpu0) / elapsed.Seconds()
+		}
+		return st, nil
 	}
-	if t.sent == 0 {
+	steps, best, err := calibrationRamp(ctx, measure)
+	cal.Steps = steps
+	t := sum(ins)
+	cal.Errors = t.failed
+	if best >= 0 {
+		c := steps[best]
+		cal.IncrPerSec, cal.NodeWritesPerSec, cal.NodeCPU, cal.Latency = c.AchievedPerSec, c.NodeWritesPerSec, c.NodeCPU, c.Latency
+	}
+	if err != nil {
+		return cal, err
+	}
+	if t.sent == 0 || best < 0 {
 		if t.lastErr != nil {
 			return cal, fmt.Errorf("calibration: no increment succeeded: %w", t.lastErr)
 		}

@@ -50,6 +50,13 @@ func bucketMid(i int) time.Duration {
 
 func (h *hist) add(d time.Duration) { h.counts[bucketOf(d)].Add(1) }
 
+// reset empties h; nothing may add to it meanwhile.
+func (h *hist) reset() {
+	for i := range h.counts {
+		h.counts[i].Store(0)
+	}
+}
+
 // merge adds o's counts to h.
 func (h *hist) merge(o *hist) {
 	for i := range o.counts {

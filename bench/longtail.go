@@ -82,6 +82,16 @@ type LongTailConfig struct {
 	// Flush is the flush interval of the buffered namespace (0: the
 	// Client's default).
 	Flush time.Duration
+	// UpstreamDelay is the flush delay of the connections of the proxy
+	// case's counters to the cluster (hotcount.RedisConfig.FlushDelay);
+	// 0 means proxy.CounterFlushDelay, as `hotcount proxy` sets it.
+	UpstreamDelay time.Duration
+	// DirectClients, when positive, adds to each proxy pair a direct
+	// case with this many tail callers ("direct slow"), so that the
+	// proxy can also be set against a direct load of about its own rate
+	// (the ratio the issue's 40-client comparison states stays the one
+	// against "direct").
+	DirectClients int
 	// Benchmark is the redis-benchmark program ("redis-benchmark").
 	Benchmark string
 	// Paths selects "proxy", "library" or both (nil: both).
@@ -122,6 +132,17 @@ type LongTailCase struct {
 	// WritesPerIncr is (INCR + INCRBY + EVALSHA + EVAL calls) per
 	// increment.
 	WritesPerIncr float64 `json:"writes_per_incr"`
+	// SocketReads is the primaries' reads from client connections (INFO
+	// stats total_reads_processed), and ReadsPerIncr that per increment:
+	// a node pays a wake-up, a read and a write for each batch of
+	// commands, so fewer reads per increment is less fixed work.
+	SocketReads  int64   `json:"socket_reads"`
+	ReadsPerIncr float64 `json:"reads_per_incr"`
+	// CommandUSPerIncr is the time the primaries spent executing
+	// commands (INFO commandstats usec, all commands) per increment, in
+	// µs: the rest of CPUPerIncrUS is the event loop, the sockets and
+	// the server's own upkeep.
+	CommandUSPerIncr float64 `json:"command_us_per_incr"`
 	// Refused is, in a library case, the increments the buffer refused
 	// at its bound (ErrBackpressure) and that were tried again.
 	Refused int64 `json:"refused,omitempty"`
@@ -152,7 +173,7 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 	if len(c.Redis) == 0 {
 		return c, fmt.Errorf("%w: longtail needs --redis (a cluster)", ErrConfig)
 	}
-	if c.Keys < 0 || c.TailClients < 0 || c.ViralClients < 0 || c.Requests < 0 || c.LibDuration < 0 || c.Flush < 0 {
+	if c.Keys < 0 || c.TailClients < 0 || c.ViralClients < 0 || c.Requests < 0 || c.LibDuration < 0 || c.Flush < 0 || c.UpstreamDelay < 0 || c.DirectClients < 0 {
 		return c, fmt.Errorf("%w: longtail settings must not be negative", ErrConfig)
 	}
 	def := func(v *int, d int) {
@@ -169,6 +190,9 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 	}
 	if c.Benchmark == "" {
 		c.Benchmark = "redis-benchmark"
+	}
+	if c.UpstreamDelay == 0 {
+		c.UpstreamDelay = proxy.CounterFlushDelay
 	}
 	if c.Paths == nil {
 		c.Paths = []string{"proxy", "library"}
@@ -256,6 +280,19 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 					return rep, err
 				}
 				pair = [2]LongTailCase{d, h}
+				if r.cfg.DirectClients > 0 {
+					slow, err := r.measure(ctx, w, "direct slow", r.benchDirect)
+					if err != nil {
+						return rep, err
+					}
+					rep.Cases = append(rep.Cases, slow)
+					rep.Ratios = append(rep.Ratios, LongTailRatio{
+						Workload: w,
+						Path:     "proxy vs direct slow",
+						CPU:      div(h.CPUPerIncrUS, slow.CPUPerIncrUS),
+						Memory:   div(h.BytesPerCounter, slow.BytesPerCounter),
+					})
+				}
 			} else {
 				var rate [2]float64
 				d, err := r.measure(ctx, w, "library direct", func(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
@@ -289,7 +326,9 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 type nodeState struct {
 	cpu       float64
 	mem, keys int64
+	reads     int64
 	cmds      map[string]int64
+	usec      int64
 }
 
 func (r *ltRun) state(ctx context.Context, viralNode string) (nodeState, error) {
@@ -310,6 +349,11 @@ func (r *ltRun) state(ctx context.Context, viralNode string) (nodeState, error) 
 			return s, err
 		}
 		s.keys += keyspaceKeys(ks)
+		st, err := r.b.info(ctx, n, "stats")
+		if err != nil {
+			return s, err
+		}
+		s.reads += infoInt(st, "total_reads_processed")
 		cs, err := r.b.info(ctx, n, "commandstats")
 		if err != nil {
 			return s, err
@@ -320,6 +364,11 @@ func (r *ltRun) state(ctx context.Context, viralNode string) (nodeState, error) 
 		}
 		for k, v := range all {
 			s.cmds[k] += v
+		}
+		for k, v := range parseCommandUsec(cs) {
+			if k != "info" && k != "scan" && k != "unlink" {
+				s.usec += v
+			}
 		}
 	}
 	return s, nil
@@ -365,6 +414,9 @@ func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load lo
 	c.CPUSeconds = after.cpu - before.cpu
 	c.CPUPerIncrUS = div(c.CPUSeconds*1e6, float64(incrs))
 	c.BytesAdded, c.KeysAdded = after.mem-before.mem, after.keys-before.keys
+	c.SocketReads = after.reads - before.reads
+	c.ReadsPerIncr = div(float64(c.SocketReads), float64(incrs))
+	c.CommandUSPerIncr = div(float64(after.usec-before.usec), float64(incrs))
 	c.Commands = map[string]int64{}
 	for k, v := range after.cmds {
 		if dv := v - before.cmds[k]; dv > 0 && k != "info" && k != "scan" {
@@ -487,7 +539,11 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 	}
 	// In cluster mode redis-benchmark puts a node's hash tag where
 	// {tag} stands, so the tail spreads over every primary.
-	return r.drive(ctx, w, tail, pfx+"{tag}:", []string{"-h", vh, "-p", vp}, pfx+"viral")
+	clients := r.cfg.TailClients
+	if strings.Contains(pfx, ":directslow:") {
+		clients = r.cfg.DirectClients
+	}
+	return r.driveN(ctx, w, clients, tail, pfx+"{tag}:", []string{"-h", vh, "-p", vp}, pfx+"viral")
 }
 
 // benchProxy sends the workload through a hotcount proxy in front of
@@ -495,7 +551,7 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
 	hc, err := hotcount.New(ctx, hotcount.Config{
 		// As `hotcount proxy` sets it.
-		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis, FlushDelay: proxy.UpstreamFlushDelay},
+		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis, FlushDelay: r.cfg.UpstreamDelay},
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
 	})
 	if err != nil {
@@ -529,7 +585,12 @@ func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, ti
 // the viral key beside it, at once. The reads workload sends GETs of the
 // tail's keys instead of INCRs.
 func (r *ltRun) drive(ctx context.Context, w string, tailArgs []string, tailPfx string, viralArgs []string, viralKey string) (int64, int64, time.Duration, error) {
-	clients := r.cfg.TailClients
+	return r.driveN(ctx, w, r.cfg.TailClients, tailArgs, tailPfx, viralArgs, viralKey)
+}
+
+// driveN is drive with clients callers of the tail (half of them in the
+// mixed workload).
+func (r *ltRun) driveN(ctx context.Context, w string, clients int, tailArgs []string, tailPfx string, viralArgs []string, viralKey string) (int64, int64, time.Duration, error) {
 	if w == "mixed" {
 		clients = max(1, clients/2)
 	}
@@ -694,10 +755,10 @@ func keyspaceKeys(s string) int64 {
 func (rep *LongTailReport) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "%d primaries: %s\n\n", len(rep.Primaries), strings.Join(rep.Primaries, " "))
-	fmt.Fprintf(bw, "%-9s %-15s %11s %9s %11s %10s %9s %9s %7s %8s %9s\n", "workload", "path", "increments", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in")
+	fmt.Fprintf(bw, "%-9s %-15s %11s %8s %9s %11s %10s %9s %9s %7s %8s %9s %8s %9s\n", "workload", "path", "increments", "incr/s", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in", "reads/in", "cmd/incr")
 	for _, c := range rep.Cases {
-		fmt.Fprintf(bw, "%-9s %-15s %11d %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f\n",
-			c.Workload, c.Path, c.Increments, c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr)
+		fmt.Fprintf(bw, "%-9s %-15s %11d %8.0f %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f %8.3f %7.2fµs\n",
+			c.Workload, c.Path, c.Increments, div(float64(c.Increments), c.Seconds), c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr, c.ReadsPerIncr, c.CommandUSPerIncr)
 	}
 	fmt.Fprintln(bw)
 	for _, c := range rep.Cases {

@@ -275,8 +275,16 @@ func div(a, b float64) float64 {
 // WriteText prints the report as tables.
 func (r *Report) WriteText(w io.Writer) error {
 	if c := r.Calibration; c != nil {
-		fmt.Fprintf(w, "calibration: one node (%s) took %.0f single-key INCR/s from %d×%d callers, unpaced, in %.1f s (latency p50/p99 %s ms; node CPU %.1f%% of one core)\n\n",
-			c.Node, c.IncrPerSec, c.Procs, c.Workers, c.Seconds, lat(c.Latency), 100*c.NodeCPU)
+		fmt.Fprintf(w, "calibration: one node (%s) took %.0f single-key INCR/s from %d×%d callers, open-loop, %d offered rates in %.1f s (latency p50/p99 %s ms; node CPU %.1f%% of one core)\n",
+			c.Node, c.IncrPerSec, c.Procs, c.Workers, len(c.Steps), c.Seconds, lat(c.Latency), 100*c.NodeCPU)
+		for _, st := range c.Steps {
+			kept := "kept up"
+			if !st.KeptUp {
+				kept = "did not keep up"
+			}
+			fmt.Fprintf(w, "  offered %.0f/s: achieved %.0f/s, latency p50/p99 %s ms, %s\n", st.OfferedPerSec, st.AchievedPerSec, lat(st.Latency), kept)
+		}
+		fmt.Fprintln(w)
 	}
 	paced := r.OfferedPerSec > 0
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/bench"
+	"github.com/hotcount/hotcount/proxy"
 )
 
 // runBench drives one hot counter from many client instances: hotcount
@@ -208,6 +209,8 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&c.Requests, "requests", bench.DefaultTailRequests, "INCRs per redis-benchmark run (tail, and viral key)")
 	fs.DurationVar(&c.LibDuration, "duration", bench.DefaultLibDuration, "how long each library case runs")
 	fs.DurationVar(&c.Flush, "flush", 0, "flush interval of the buffered namespace (0: the default)")
+	fs.DurationVar(&c.UpstreamDelay, "upstream-delay", proxy.CounterFlushDelay, "flush delay of the proxy case's counters' connections to the cluster")
+	fs.IntVar(&c.DirectClients, "direct-clients", 0, "also run the direct case with this many tail callers (a direct load near the proxy's rate); 0: not")
 	fs.StringVar(&paths, "paths", "proxy,library", "proxy, library or both")
 	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed and reads (cold GETs of the tail, proxy pair only)")
 	fs.StringVar(&c.Benchmark, "redis-benchmark", "redis-benchmark", "the redis-benchmark program")

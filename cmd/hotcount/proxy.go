@@ -60,8 +60,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, map[string]proxy.Reply) {
 	hc := clientConfig(cfg, db)
 	// Many clients' counter commands share each node's connection: gather
-	// them into fewer writes, as the pass-through connections do.
-	hc.Redis.FlushDelay = proxy.UpstreamFlushDelay
+	// them into fewer writes (see proxy.CounterFlushDelay).
+	hc.Redis.FlushDelay = proxy.CounterFlushDelay
 	replies := map[string]proxy.Reply{}
 	for _, ns := range cfg.Namespaces {
 		replies[ns.Prefix] = proxy.Reply(ns.Reply)

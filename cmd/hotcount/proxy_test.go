@@ -388,8 +388,8 @@ func TestProxyCountersFlushDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hc, _ := proxyClientConfig(cfg, nil); hc.Redis.FlushDelay != proxy.UpstreamFlushDelay {
-		t.Fatalf("proxy: Redis.FlushDelay = %v, want %v", hc.Redis.FlushDelay, proxy.UpstreamFlushDelay)
+	if hc, _ := proxyClientConfig(cfg, nil); hc.Redis.FlushDelay != proxy.CounterFlushDelay {
+		t.Fatalf("proxy: Redis.FlushDelay = %v, want %v", hc.Redis.FlushDelay, proxy.CounterFlushDelay)
 	}
 	if hc := clientConfig(cfg, nil); hc.Redis.FlushDelay != 0 {
 		t.Fatalf("serve: Redis.FlushDelay = %v, want 0", hc.Redis.FlushDelay)
