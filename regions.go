@@ -18,6 +18,11 @@ import (
 // changed to its peers (Config.ShipInterval).
 const DefaultShipInterval = regions.DefaultInterval
 
+// regionRetention is how long the region records of a counter cleared or
+// expired in this region are kept before they are collected (tests
+// shorten it).
+var regionRetention = regions.DefaultRetention
+
 // RegionShare is one region's share of a global reading (Reading.Regions).
 type RegionShare = regions.Share
 
@@ -103,6 +108,7 @@ func (c *Client) startRegions() error {
 	var err error
 	c.reg, err = regions.New(regions.Config{
 		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals, Durable: dr,
+		Retention: regionRetention,
 		Deadlines: c.eng.Deadlines, Expire: c.ownDeadline, Ended: c.regionEnded,
 		Expiring: func(key string) bool { return s.table.Lookup(key).TTL != 0 },
 		Interval: s.ShipInterval, Settle: settle, ReadTTL: s.Defaults.ReadCacheTTL, Timeout: s.Timeout, Clock: s.Clock,

@@ -604,3 +604,111 @@ func TestRegionsExpiry(t *testing.T) {
 		converge(t, key, 5, clients)
 	})
 }
+
+// TestRegionsCollect: the region records of a counter cleared or expired
+// in every region (the region hash in each cache, the rows of the durable
+// store) are collected once the retention has passed; a counter written
+// again afterwards counts from zero in every region, and one that lives
+// on keeps its records.
+func TestRegionsCollect(t *testing.T) {
+	defer hotcount.SetRegionRetention(hotcount.SetRegionRetention(time.Second))
+	w := newWorld(t, "eu", "us")
+	dbs := map[string]*sqlite.DB{}
+	withStore := func(name string) func(*hotcount.Config) {
+		return func(cfg *hotcount.Config) {
+			db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			dbs[name] = db
+			cfg.Durability = hotcount.DurabilityConfig{Store: db}
+		}
+	}
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", withStore("eu")), "us": w.client(t, "us", withStore("us"))}
+	ctx := context.Background()
+	incr := func(region, key string, n int64) {
+		t.Helper()
+		if err := clients[region].Incr(ctx, key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// records tells what region holds of key: its region hash, and its
+	// durable rows.
+	records := func(region, key string) (hash bool, rows int) {
+		t.Helper()
+		n, err := w.clusters[region].Do(ctx, "EXISTS", "hotcount:rg:{"+key+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := dbs[region].LoadRegionParts(ctx, []string{key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == "1", len(m[key])
+	}
+	// Cleared in both regions (each its own part: a clear in one leaves
+	// the other's sub-counters, fenced).
+	incr("eu", "gc:cleared", 10)
+	incr("us", "gc:cleared", 20)
+	// Expired.
+	incr("eu", "gc:expired", 1)
+	incr("us", "gc:expired", 2)
+	// Written in eu only, cleared there: us holds a copy.
+	incr("eu", "gc:one", 7)
+	// Lives on.
+	incr("eu", "gc:live", 3)
+	incr("us", "gc:live", 4)
+	for _, k := range []string{"gc:cleared", "gc:expired", "gc:live", "gc:one"} {
+		converge(t, k, map[string]int64{"gc:cleared": 30, "gc:expired": 3, "gc:live": 7, "gc:one": 7}[k], clients)
+	}
+	for _, region := range []string{"eu", "us"} {
+		waitFor(t, region+" keeps the records of gc:cleared", func() (bool, string) {
+			h, rows := records(region, "gc:cleared")
+			return h && rows >= 2, fmt.Sprintf("hash %v, %d rows", h, rows)
+		})
+	}
+	if err := clients["eu"].Clear(ctx, "gc:cleared"); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, "gc:cleared", 0, clients)
+	if err := clients["us"].Clear(ctx, "gc:cleared"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients["us"].Expire(ctx, "gc:expired", time.Now().Add(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients["eu"].Clear(ctx, "gc:one"); err != nil {
+		t.Fatal(err)
+	}
+	// The live counter is cleared in eu only: us's part lives on.
+	if err := clients["eu"].Clear(ctx, "gc:live"); err != nil {
+		t.Fatal(err)
+	}
+	incr("us", "gc:live", 1)
+	converge(t, "gc:cleared", 0, clients)
+	converge(t, "gc:expired", 0, clients)
+	converge(t, "gc:live", 1, clients)
+	for _, region := range []string{"eu", "us"} {
+		for _, k := range []string{"gc:cleared", "gc:expired", "gc:one"} {
+			waitFor(t, region+" collects the records of "+k, func() (bool, string) {
+				h, rows := records(region, k)
+				return !h && rows == 0, fmt.Sprintf("hash %v, %d rows, %d collected", h, rows, clients[region].RegionsCollected())
+			})
+		}
+	}
+	for _, region := range []string{"eu", "us"} {
+		if h, _ := records(region, "gc:live"); !h {
+			t.Fatalf("%s collected the records of gc:live, which lives on in us", region)
+		}
+	}
+	// Written again: counts from zero in both regions, its records back.
+	incr("eu", "gc:cleared", 5)
+	incr("us", "gc:expired", 6)
+	incr("eu", "gc:one", 1)
+	converge(t, "gc:one", 1, clients)
+	converge(t, "gc:cleared", 5, clients)
+	converge(t, "gc:expired", 6, clients)
+	converge(t, "gc:live", 1, clients)
+	t.Logf("collected: eu %d, us %d", clients["eu"].RegionsCollected(), clients["us"].RegionsCollected())
+}

@@ -70,4 +70,7 @@ type Regions interface {
 	// key is after the key after, sorted by key (for paging through them
 	// after a cache loss).
 	ListRegionParts(ctx context.Context, origin string, kind PartKind, after string, limit int) ([]RegionPart, error)
+	// DeleteRegionParts removes every part of keys (counters that ended
+	// in every region long enough ago: see internal/regions, Collection).
+	DeleteRegionParts(ctx context.Context, keys []string) error
 }

@@ -79,6 +79,15 @@ func testRegionNewest(t *testing.T, open func(t *testing.T) durable.Backend) {
 	if len(got) != 1 {
 		t.Fatalf("LoadRegionParts(none, k#x) = %v, want only k#x", got)
 	}
+	// A deletion takes every part of its keys and only theirs.
+	must(t, r.DeleteRegionParts(ctx, []string{"k#x", "none"}))
+	must(t, r.DeleteRegionParts(ctx, nil))
+	wantParts(t, r, "k#x")
+	wantParts(t, r, "k", part("k", "eu", c, 0, 0, 1, -4), part("k", "us", c, 1, 0, 7, 9), part("k", "us", f, 0, 1, 2, 20))
+	must(t, r.SaveRegionParts(ctx, []durable.RegionPart{part("k#x", "us", c, 0, 0, 1, math.MaxInt64)}))
+	if got, err = r.LoadRegionParts(ctx, []string{"none", "k#x"}); err != nil || len(got) != 1 {
+		t.Fatalf("LoadRegionParts(none, k#x) = %v, %v, want only k#x", got, err)
+	}
 }
 
 func testRegionList(t *testing.T, open func(t *testing.T) durable.Backend) {

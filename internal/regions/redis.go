@@ -139,27 +139,53 @@ end
 // applyScript stores records (ARGV: field, value pairs) in the region hash
 // KEYS[1], each only when its version is not older than the stored one;
 // a field 'd' is the deadline register, merged as dset does. It returns 1
-// when it stored the first record (the contribution), 0 when a newer one
-// was there: the sender's lease has passed to another process.
+// when it stored the first record (the contribution); the stored record's
+// epoch when that epoch is above the sent one (the sender lost its own
+// epoch: its hash was collected, or its cache lost it); and 0 when a
+// newer record of the same epoch was there: the sender's lease has passed
+// to another process.
 var applyScript = newScript(newer + deadlines + `
 local first = 0
 local now = nowms()
 for i = 1, #ARGV, 2 do
   if ARGV[i] == 'd' then
     dset(KEYS[1], ARGV[i+1], now)
-  elseif newer(ARGV[i+1], redis.call('HGET', KEYS[1], ARGV[i])) then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
-    if i == 1 then first = 1 end
+  else
+    local old = redis.call('HGET', KEYS[1], ARGV[i])
+    if newer(ARGV[i+1], old) then
+      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
+      if i == 1 then first = 1 end
+    elseif i == 1 then
+      local a, b = fields(old), fields(ARGV[i+1])
+      if tonumber(a[2]) > tonumber(b[2]) then first = tonumber(a[2]) end
+    end
   end
 end
 return first
 `)
 
+// collectScript deletes the region hash KEYS[1] when it holds exactly
+// the fields and values ARGV (pairs): what the collection found dead, not
+// changed since. It returns 1 when it deleted it.
+var collectScript = newScript(`
+if redis.call('HLEN', KEYS[1]) * 2 ~= #ARGV then return 0 end
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i+1] then return 0 end
+end
+return redis.call('DEL', KEYS[1])
+`)
+
+// gcKey is shard s of the region's collection schedule: the counters
+// cleared or expired here, scored by when (Unix ms) their region records
+// may be collected.
+func gcKey(s int) string { return "hotcount:rg:gc:{hotcount-rg-" + strconv.Itoa(s) + "}" }
+
 // clearScript starts a clear of the counter whose region hash is KEYS[1]:
 // it sets the own epoch to an odd value above the old one and above 2 ×
 // the cache's clock in ms, turns every contribution received into a
 // fence (observed-remove), and removes the deadline register (a clear
-// ends the counter and its deadline). It returns the odd epoch, as a string.
+// ends the counter and its deadline). It returns the odd epoch, as a
+// string.
 var clearScript = rueidis.NewLuaScript(newer + `
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

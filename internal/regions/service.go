@@ -29,6 +29,9 @@ const (
 	// DefaultReadTTL is how long a counter's region hash is cached for
 	// reads.
 	DefaultReadTTL = time.Second
+	// DefaultRetention is how long a counter's region records are kept
+	// after it was cleared or expired here before they are collected.
+	DefaultRetention = 24 * time.Hour
 	// maxCached bounds the read cache; past it the cache starts over.
 	maxCached = 1 << 16
 	// stuckClear is how long an odd (clearing) epoch may stand before the
@@ -105,6 +108,11 @@ type Config struct {
 	// Batch is the most counters one outbox shard gives a round (0:
 	// DefaultBatch).
 	Batch int
+	// Retention is how long the region records of a counter cleared or
+	// expired here are kept before they are collected (0:
+	// DefaultRetention). A record from a peer that arrives later than
+	// that (a partition longer than it) counts again.
+	Retention time.Duration
 	// Clock is the time source (nil: the system clock).
 	Clock clock.Clock
 }
@@ -120,12 +128,15 @@ type Service struct {
 	mu    sync.Mutex
 	dirty map[string]dirtyMark // counters changed here, not yet pushed for good
 
+	emptyOnce map[string]bool // inbox counters found without a hash once (inboxLoop's)
+
 	cacheMu sync.Mutex
 	cache   map[string]cachedState
 
-	token atomic.Uint64 // the lease's fencing token while held, else 0
-	seq   atomic.Uint64
-	links []*link
+	token     atomic.Uint64 // the lease's fencing token while held, else 0
+	collected atomic.Uint64 // counters whose region records were collected
+	seq       atomic.Uint64
+	links     []*link
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -185,7 +196,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("%w: Local and Totals are required", ErrConfig)
 	case cfg.Deadlines != nil && cfg.Expire == nil:
 		return nil, fmt.Errorf("%w: Deadlines needs Expire", ErrConfig)
-	case cfg.Interval < 0 || cfg.LeaseTTL < 0 || cfg.Settle < 0 || cfg.Timeout < 0 || cfg.Batch < 0:
+	case cfg.Interval < 0 || cfg.LeaseTTL < 0 || cfg.Settle < 0 || cfg.Timeout < 0 || cfg.Batch < 0 || cfg.Retention < 0:
 		return nil, fmt.Errorf("%w: negative setting", ErrConfig)
 	}
 	seen := map[string]bool{cfg.Region: true}
@@ -201,11 +212,12 @@ func New(cfg Config) (*Service, error) {
 	cfg.ReadTTL = or(cfg.ReadTTL, DefaultReadTTL)
 	cfg.Timeout = or(cfg.Timeout, 2*time.Second)
 	cfg.Batch = or(cfg.Batch, DefaultBatch)
+	cfg.Retention = or(cfg.Retention, DefaultRetention)
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	var id [8]byte
 	rand.Read(id[:])
 	s := &Service{cfg: cfg, me: hex.EncodeToString(id[:]), dirty: make(map[string]dirtyMark),
-		cache: make(map[string]cachedState), stop: make(chan struct{})}
+		cache: make(map[string]cachedState), stop: make(chan struct{}), emptyOnce: make(map[string]bool)}
 	for _, p := range cfg.Peers {
 		s.peers = append(s.peers, p.Name)
 		s.links = append(s.links, &link{name: p.Name, connect: p.Connect, stats: LinkStats{Peer: p.Name}})
@@ -316,6 +328,9 @@ func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 	err := epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, []string{strconv.FormatUint(odd+1, 10)}).Error()
 	s.drop(key)
 	s.Mark(key, false)
+	if err == nil {
+		err = s.collectLater(ctx, key)
+	}
 	if err != nil {
 		return fmt.Errorf("regions: clear %q: %w", key, err)
 	}
@@ -383,6 +398,19 @@ func (s *Service) ended(ctx context.Context, key string, ms int64) {
 	if s.cfg.Ended != nil {
 		_ = s.cfg.Ended(ctx, key, time.UnixMilli(ms))
 	}
+	_ = s.collectLater(ctx, key)
+}
+
+// collectLater puts key on the collection schedule, Retention from now
+// (later, if it is there already for later).
+func (s *Service) collectLater(ctx context.Context, key string) error {
+	at := s.cfg.Clock.Now().Add(s.cfg.Retention).UnixMilli()
+	err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Zadd().Key(gcKey(shardOf(key))).Gt().ScoreMember().
+		ScoreMember(float64(at), key).Build()).Error()
+	if err != nil {
+		return fmt.Errorf("regions: collect %q later: %w", key, err)
+	}
+	return nil
 }
 
 func (s *Service) drop(key string) {
@@ -390,6 +418,10 @@ func (s *Service) drop(key string) {
 	delete(s.cache, key)
 	s.cacheMu.Unlock()
 }
+
+// Collected returns how many counters' region records this process has
+// collected.
+func (s *Service) Collected() uint64 { return s.collected.Load() }
 
 // Stats returns the figures of every link.
 func (s *Service) Stats() []LinkStats {

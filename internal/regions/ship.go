@@ -219,10 +219,18 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	}
 	res = append(res[:1:1], res[1+len(hints):]...)
 	for i, k := range shippedKeys {
-		if v, _ := res[1+i].AsInt64(); v == 0 {
+		switch v, _ := res[1+i].AsInt64(); {
+		case v == 0:
 			// A newer holder's record is there: this process's lease is
 			// gone, and the counter stays in the outbox for the holder.
 			ready[k] = false
+		case v > 1 && uint64(v) > recs[k][0].Epoch:
+			// The peer holds a record of a newer own epoch than this
+			// region's hash: the hash was collected after the counter
+			// ended, or lost with the cache. The counter that started
+			// since ships above it, next round.
+			ready[k] = false
+			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatInt(v+2, 10)}).Error()
 		}
 	}
 	if err := res[0].Error(); rueidis.IsRedisNil(err) {
@@ -453,8 +461,9 @@ func (s *Service) resync(ctx context.Context, l *link) error {
 	return l.client.Do(ctx, l.client.B().Set().Key(seenKey(s.cfg.Region)).Value(s.me).Build()).Error()
 }
 
-// inboxLoop keeps the parts peers shipped here in the durable store (and
-// without one only empties the inbox), while this process holds the
+// inboxLoop keeps the parts peers shipped here in the durable store,
+// schedules the collection of those of counters ended elsewhere, runs the
+// deadline schedule and the collection, while this process holds the
 // lease.
 func (s *Service) inboxLoop() {
 	defer s.wg.Done()
@@ -475,6 +484,7 @@ func (s *Service) inboxLoop() {
 		}
 		_ = s.drainInbox(boxes)
 		_ = s.runDeadlines()
+		_ = s.collect()
 	}
 }
 
@@ -593,16 +603,43 @@ func (s *Service) drainInbox(boxes []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if s.cfg.Durable == nil {
-		return ack(ctx, s.cfg.Local, taken)
-	}
 	hashes, err := readHashes(ctx, s.cfg.Local, keys)
 	if err != nil {
 		return err
 	}
+	// A counter whose hash is still empty was marked in the same round
+	// as its records, which a node that did not know the receiving
+	// script yet ran in a second round: it is drained at the next round
+	// (and acknowledged then even if still empty: its hash was
+	// collected).
+	wait := make(map[string]bool)
+	for i, k := range keys {
+		if len(hashes[i]) == 0 && !s.emptyOnce[k] {
+			wait[k] = true
+		}
+	}
+	clear(s.emptyOnce)
+	for k := range wait {
+		s.emptyOnce[k] = true
+	}
+	for box, ms := range taken {
+		kept := ms[:0]
+		for _, m := range ms {
+			if !wait[m.key] {
+				kept = append(kept, m)
+			}
+		}
+		taken[box] = kept
+	}
 	var parts []durable.RegionPart
+	now := s.cfg.Clock.Now()
 	for i, k := range keys {
 		st, _ := Parse(k, hashes[i])
+		if len(hashes[i]) > 0 && dead(st, s.cfg.Region, now) {
+			// Cleared or expired where it was written: its records here
+			// are collected after the retention unless it lives on here.
+			_ = s.collectLater(ctx, k)
+		}
 		for _, p := range st.Parts {
 			parts = append(parts, p)
 		}
@@ -610,8 +647,10 @@ func (s *Service) drainInbox(boxes []string) error {
 			parts = append(parts, p)
 		}
 	}
-	if err := s.cfg.Durable.SaveRegionParts(ctx, parts); err != nil {
-		return err
+	if s.cfg.Durable != nil {
+		if err := s.cfg.Durable.SaveRegionParts(ctx, parts); err != nil {
+			return err
+		}
 	}
 	return ack(ctx, s.cfg.Local, taken)
 }
@@ -658,4 +697,125 @@ func (s *Service) Resync(ctx context.Context) error {
 		}
 		after = page[len(page)-1].Key
 	}
+}
+
+// collect removes the region records of the counters whose time on the
+// collection schedule came (Retention after they were cleared or expired
+// here) and that are dead here: no own part, no deadline to come, and no
+// peer's contribution that still counts. Their region hash goes (unless
+// it changed since it was read) and so do their rows in the durable
+// store. A counter that lives on is left alone; it is scheduled again at
+// its next clear or expiry.
+func (s *Service) collect() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	now := s.cfg.Clock.Now()
+	cmds := make(rueidis.Commands, Shards)
+	for i := range cmds {
+		cmds[i] = s.cfg.Local.B().Zrange().Key(gcKey(i)).Min("0").Max(strconv.FormatInt(now.UnixMilli(), 10)).
+			Byscore().Limit(0, int64(s.cfg.Batch)).Withscores().Build()
+	}
+	var keys []string
+	var scores []float64
+	for i, r := range s.cfg.Local.DoMulti(ctx, cmds...) {
+		zs, err := r.AsZScores()
+		if err != nil {
+			return fmt.Errorf("regions: collect %s: %w", gcKey(i), err)
+		}
+		for _, z := range zs {
+			keys, scores = append(keys, z.Member), append(scores, z.Score)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	hashes, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return err
+	}
+	alive := make([]bool, len(keys))
+	if s.cfg.Deadlines != nil {
+		ds, err := s.cfg.Deadlines(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i := range keys {
+			alive[i] = i >= len(ds) || ds[i].Exists
+		}
+	} else {
+		totals, err := s.cfg.Totals(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i, k := range keys {
+			alive[i] = totals[k] != 0
+		}
+	}
+	var calls []call
+	var tried []string
+	for i, k := range keys {
+		st, bad := Parse(k, hashes[i])
+		s.mu.Lock()
+		_, marked := s.dirty[k]
+		s.mu.Unlock()
+		if alive[i] || marked || bad != 0 || len(hashes[i]) == 0 || !dead(st, s.cfg.Region, now) {
+			continue
+		}
+		args := make([]string, 0, 2*len(hashes[i]))
+		for f, v := range hashes[i] {
+			args = append(args, f, v)
+		}
+		calls = append(calls, call{s: collectScript, keys: []string{hashKey(k)}, args: args})
+		tried = append(tried, k)
+	}
+	var gone []string
+	for i, r := range round(ctx, s.cfg.Local, nil, calls) {
+		if n, err := r.AsInt64(); err == nil && n == 1 {
+			gone = append(gone, tried[i])
+			s.drop(tried[i])
+		}
+	}
+	if len(gone) > 0 && s.cfg.Durable != nil {
+		if err := s.cfg.Durable.DeleteRegionParts(ctx, gone); err != nil {
+			return err
+		}
+	}
+	s.collected.Add(uint64(len(gone)))
+	done := make(map[int][]string)
+	for i, k := range keys {
+		sh := shardOf(k)
+		done[sh] = append(done[sh], k, strconv.FormatFloat(scores[i], 'f', -1, 64))
+	}
+	calls = calls[:0]
+	for sh, args := range done {
+		calls = append(calls, call{s: dlDoneScript, keys: []string{gcKey(sh)}, args: args})
+	}
+	for _, r := range round(ctx, s.cfg.Local, nil, calls) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("regions: collect: %w", err)
+		}
+	}
+	return nil
+}
+
+// dead reports whether nothing in st counts toward the counter in region
+// self at now, nor will: no deadline register still to pass, and every
+// peer's contribution removed by its fence or ended by an expiry.
+func dead(st State, self string, now time.Time) bool {
+	if st.Deadline.Set() && !st.Deadline.At.IsZero() && !st.Deadline.Passed(now) {
+		return false
+	}
+	if st.Deadline.Passed(now) {
+		return false // its expiry has not run yet
+	}
+	for origin, p := range st.Parts {
+		if origin == self {
+			continue
+		}
+		f, ok := st.Fences[origin]
+		if fenced(p.Value, p.Epoch, f, ok) != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -117,3 +117,15 @@ func (c *Common) ListRegionParts(ctx context.Context, origin string, kind durabl
 	})
 	return out, c.cfg.Wrap("list region parts", err)
 }
+
+// DeleteRegionParts implements durable.Regions.
+func (c *Common) DeleteRegionParts(ctx context.Context, keys []string) error {
+	if err := Check(c); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := c.cfg.Write.Exec(ctx, `DELETE FROM region_parts WHERE `+c.cfg.Dialect.In("key", 1), c.cfg.Dialect.List(keys))
+	return c.cfg.Wrap("delete region parts", err)
+}
