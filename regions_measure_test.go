@@ -149,7 +149,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 	run := func(name string, c *hotcount.Client) {
 		time.Sleep(2 * time.Second) // let the previous run's shipping end
 		cl := w.clusters["eu"]
-		c0, _ := calls(t, cl)
+		c0, by0 := calls(t, cl)
 		cpu0 := cacheCPU(t, cl)
 		var n atomic.Int64
 		var wg sync.WaitGroup
@@ -172,9 +172,15 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 		time.Sleep(2 * time.Second) // the shipping of the run's counters is part of its cost
 		c1, by := calls(t, cl)
 		cpu1 := cacheCPU(t, cl)
-		_ = by
-		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands and %.1f µs of cache CPU per increment (commands and CPU until 2 s after the run)",
-			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()))
+		var per []string
+		for k, v := range by {
+			if d := float64(v-by0[k]) / float64(n.Load()); d >= 0.01 {
+				per = append(per, fmt.Sprintf("%s %.2f", strings.TrimPrefix(k, "cmdstat_"), d))
+			}
+		}
+		slices.Sort(per)
+		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands and %.1f µs of cache CPU per increment (commands and CPU until 2 s after the run; per increment: %s)",
+			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()), strings.Join(per, ", "))
 	}
 	for range 2 {
 		run("without regions", plain)

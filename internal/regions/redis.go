@@ -347,16 +347,28 @@ return s
 
 // ackScript takes the counters ARGV off box KEYS[1] after they were
 // shipped, except those marked again meanwhile (in the again-set
-// KEYS[2]), which stay for one more round.
+// KEYS[2]), which stay for one more round: a few commands per 500
+// counters.
 var ackScript = newScript(`
 local n = 0
-for i = 1, #ARGV do
-  if redis.call('SREM', KEYS[2], ARGV[i]) == 0 then
-    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+for i = 1, #ARGV, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #ARGV) do batch[#batch+1] = ARGV[j] end
+  local again = redis.call('SMISMEMBER', KEYS[2], unpack(batch))
+  local off, keep = {}, {}
+  for j = 1, #batch do
+    if again[j] == 1 then keep[#keep+1] = batch[j] else off[#off+1] = batch[j] end
   end
+  if #off > 0 then n = n + redis.call('ZREM', KEYS[1], unpack(off)) end
+  if #keep > 0 then redis.call('SREM', KEYS[2], unpack(keep)) end
 end
 return n
 `)
+
+// cseqKey counts the clears and expiries that began or ended among the
+// counters of shard s: a ship round that reads a counter's total while
+// it moved reads it again the next round.
+func cseqKey(s int) string { return "hotcount:rg:cseq:{hotcount-rg-" + strconv.Itoa(s) + "}" }
 
 // marked is one counter taken from a box.
 type marked struct{ key string }

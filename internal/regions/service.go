@@ -312,6 +312,9 @@ func (s *Service) Read(ctx context.Context, keys []string, fresh bool) ([]State,
 func (s *Service) BeginClear(ctx context.Context, key string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	if err := s.moving(ctx, key); err != nil {
+		return 0, err
+	}
 	v, err := clearScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, nil).ToString()
 	if err != nil {
 		return 0, fmt.Errorf("regions: clear %q: %w", key, err)
@@ -328,6 +331,9 @@ func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 	err := epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, []string{strconv.FormatUint(odd+1, 10)}).Error()
 	s.drop(key)
 	s.Mark(key, false)
+	if err == nil {
+		err = s.moving(ctx, key)
+	}
 	if err == nil {
 		err = s.collectLater(ctx, key)
 	}
@@ -393,6 +399,7 @@ func (s *Service) schedule(ctx context.Context, key string, ms int64, lt bool) e
 // ended tells the caller that key's expiry at ms ran here (Config.Ended)
 // and ships it (the new epoch and the fences).
 func (s *Service) ended(ctx context.Context, key string, ms int64) {
+	_ = s.moving(ctx, key)
 	s.drop(key)
 	s.Mark(key, false)
 	if s.cfg.Ended != nil {

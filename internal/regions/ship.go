@@ -271,12 +271,13 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 
 // records reads the own totals of keys and builds, per counter, its
 // contribution record and the fences this region holds, and the deadline
-// register it carries (regs). A counter whose own epoch changed during
-// the read, or whose clear is under way, or whose deadline passed (its
-// expiry runs first) gets no record this round (ready false: it stays in
-// the outbox).
+// register it carries (regs). A counter of a shard where a clear or an
+// expiry began or ended during the read, or whose clear is under way, or
+// whose deadline passed (its expiry runs first) gets no record this round
+// (ready false: it stays in the outbox). The region hash is read once,
+// after the totals; the shards' clear counts, before and after.
 func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs map[string][]durable.RegionPart, regs map[string]Deadline, ready map[string]bool, err error) {
-	before, err := readHashes(ctx, s.cfg.Local, keys)
+	before, err := s.clearCounts(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -286,6 +287,10 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 		return nil, nil, nil, err
 	}
 	after, err := readHashes(ctx, s.cfg.Local, keys)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	moved, err := s.clearCounts(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -308,9 +313,8 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 	regs = make(map[string]Deadline)
 	ready = make(map[string]bool, len(keys))
 	for i, k := range keys {
-		s0, _ := Parse(k, before[i])
 		s1 := states[i]
-		if s0.Epoch != s1.Epoch {
+		if sh := shardOf(k); before[sh] != moved[sh] {
 			continue
 		}
 		if s1.Epoch%2 == 1 {
@@ -364,6 +368,33 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 	return recs, regs, ready, nil
 }
 
+// clearCounts reads the clear count of every shard (cseqKey), in one
+// round.
+func (s *Service) clearCounts(ctx context.Context) ([Shards]string, error) {
+	var out [Shards]string
+	cmds := make(rueidis.Commands, Shards)
+	for i := range cmds {
+		cmds[i] = s.cfg.Local.B().Get().Key(cseqKey(i)).Build()
+	}
+	for i, r := range s.cfg.Local.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return out, fmt.Errorf("regions: clear counts: %w", err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// moving counts a clear or an expiry of key that begins or ends (see
+// cseqKey).
+func (s *Service) moving(ctx context.Context, key string) error {
+	if err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Incr().Key(cseqKey(shardOf(key))).Build()).Error(); err != nil {
+		return fmt.Errorf("regions: clear %q: %w", key, err)
+	}
+	return nil
+}
+
 // ownDeadlines reads the own deadlines of the counters of keys that have
 // a deadline register, or get a deadline at their first write.
 func (s *Service) ownDeadlines(ctx context.Context, keys []string, states []State, now time.Time) (map[string]store.Deadline, error) {
@@ -414,6 +445,9 @@ func (s *Service) setRegister(ctx context.Context, key string, d Deadline) error
 // expire runs key's expiry here if its deadline passed (by the cache's
 // clock), and reports whether it ran.
 func (s *Service) expire(ctx context.Context, key string) bool {
+	if s.moving(ctx, key) != nil {
+		return false
+	}
 	res := round(ctx, s.cfg.Local, nil, []call{{s: expireScript, keys: []string{hashKey(key)}}})
 	at, err := res[0].AsInt64()
 	if err != nil || at == 0 {
