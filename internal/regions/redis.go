@@ -365,6 +365,25 @@ end
 return n
 `)
 
+// hasKey is shard s of the set of the counters that have a region hash in
+// this region's cache: a ship round reads the hash of those alone, so
+// that a counter written only here costs no hash read. A key goes in
+// before this region writes its hash (a clear, a deadline, an epoch) and
+// with every record a peer ships here; it leaves when the hash is
+// collected.
+func hasKey(s int) string { return "hotcount:rg:has:{hotcount-rg-" + strconv.Itoa(s) + "}" }
+
+// adoptScript sets the own epoch of KEYS[1] to ARGV[1] when the hash holds
+// none: a peer holds a record of a newer own epoch than this region,
+// whose hash was collected or lost.
+var adoptScript = newScript(`
+if redis.call('HEXISTS', KEYS[1], 'e') == 0 then
+  redis.call('HSET', KEYS[1], 'e', ARGV[1])
+  return 1
+end
+return 0
+`)
+
 // cseqKey counts the clears and expiries that began or ended among the
 // counters of shard s: a ship round that reads a counter's total while
 // it moved reads it again the next round.

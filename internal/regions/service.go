@@ -160,6 +160,7 @@ type link struct {
 	name    string
 	connect func(context.Context) (rueidis.Client, error)
 	client  rueidis.Client // nil until connected; owned by the link's loop
+	more    bool           // the last round took a full batch (the loop's)
 	stats   LinkStats
 	first   time.Time // the first round this process tried
 	mu      sync.Mutex
@@ -315,6 +316,9 @@ func (s *Service) BeginClear(ctx context.Context, key string) (uint64, error) {
 	if err := s.moving(ctx, key); err != nil {
 		return 0, err
 	}
+	if err := s.hasHash(ctx, key); err != nil {
+		return 0, err
+	}
 	v, err := clearScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, nil).ToString()
 	if err != nil {
 		return 0, fmt.Errorf("regions: clear %q: %w", key, err)
@@ -361,6 +365,9 @@ func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, her
 	if here {
 		flag = "1"
 	}
+	if err := s.hasHash(ctx, key); err != nil {
+		return here, err
+	}
 	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
 		args: []string{strconv.FormatInt(ms, 10), "0", flag, s.cfg.Region}}})
 	out, err := res[0].AsIntSlice()
@@ -378,6 +385,15 @@ func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, her
 	}
 	s.Mark(key, false)
 	return out[1] == 1, nil
+}
+
+// hasHash notes that key has a region hash here (hasKey), before the
+// hash is written.
+func (s *Service) hasHash(ctx context.Context, key string) error {
+	if err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Sadd().Key(hasKey(shardOf(key))).Member(key).Build()).Error(); err != nil {
+		return fmt.Errorf("regions: %q: %w", key, err)
+	}
+	return nil
 }
 
 // schedule puts key on the deadline schedule at ms (Unix): only earlier

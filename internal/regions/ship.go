@@ -122,18 +122,40 @@ func (s *Service) shipLoop(l *link) {
 			l.first = s.cfg.Clock.Now()
 		}
 		l.mu.Unlock()
-		n, bytes, err := s.ship(l, tok)
-		now := s.cfg.Clock.Now()
-		l.mu.Lock()
-		l.stats.Shipped += uint64(n)
-		l.stats.Bytes += uint64(bytes)
-		if err != nil {
-			l.stats.Errors++
-			l.stats.LastError = err.Error()
-		} else {
-			l.stats.LastSuccess, l.stats.LastError = now, ""
+		// A round that took a full batch from some shard is followed at
+		// once by another (up to maxRounds per interval), so that an
+		// outbox fuller than a batch does not wait an interval per batch.
+		for r := 0; r < maxRounds; r++ {
+			l.more = false
+			n, bytes, err := s.ship(l, tok)
+			now := s.cfg.Clock.Now()
+			l.mu.Lock()
+			l.stats.Shipped += uint64(n)
+			l.stats.Bytes += uint64(bytes)
+			if err != nil {
+				l.stats.Errors++
+				l.stats.LastError = err.Error()
+			} else {
+				l.stats.LastSuccess, l.stats.LastError = now, ""
+			}
+			l.mu.Unlock()
+			if err != nil || !l.more || s.stopping() || s.token.Load() != tok {
+				break
+			}
 		}
-		l.mu.Unlock()
+	}
+}
+
+// maxRounds bounds the ship rounds to one peer per interval.
+const maxRounds = 16
+
+// stopping reports whether Close has begun.
+func (s *Service) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -163,6 +185,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		for _, m := range ms {
 			keys = append(keys, m.key)
 		}
+		l.more = l.more || len(ms) >= s.cfg.Batch
 	}
 	if len(keys) == 0 {
 		err := l.client.Do(ctx, l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()).Error()
@@ -211,6 +234,13 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	// its inbox (its lease holder keeps what arrived in its durable
 	// store) and its deadline schedule.
 	calls = append(calls, markCalls(shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
+	byShard := make(map[int][]string)
+	for _, k := range shippedKeys {
+		byShard[shardOf(k)] = append(byShard[shardOf(k)], k)
+	}
+	for sh, ks := range byShard {
+		hints = append(hints, l.client.B().Sadd().Key(hasKey(sh)).Member(ks...).Build())
+	}
 	res := round(ctx, l.client, append(rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}, hints...), calls)
 	for _, r := range res[1:] {
 		if err := r.Error(); err != nil {
@@ -230,7 +260,9 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			// ended, or lost with the cache. The counter that started
 			// since ships above it, next round.
 			ready[k] = false
-			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatInt(v+2, 10)}).Error()
+			if s.hasHash(ctx, k) == nil {
+				_ = round(ctx, s.cfg.Local, nil, []call{{s: adoptScript, keys: []string{hashKey(k)}, args: []string{strconv.FormatInt(v+2, 10)}}})
+			}
 		}
 	}
 	if err := res[0].Error(); rueidis.IsRedisNil(err) {
@@ -286,7 +318,7 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	after, err := readHashes(ctx, s.cfg.Local, keys)
+	after, err := s.readOwnHashes(ctx, keys)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -335,6 +367,7 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 		}
 		if restored := ownEpoch(stored[k], s.cfg.Region); restored > s1.Epoch {
 			// The cache lost the own epoch: take it back, ship next round.
+			_ = s.hasHash(ctx, k)
 			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(restored, 10)}).Error()
 			continue
 		}
@@ -366,6 +399,51 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 		ready[k] = true
 	}
 	return recs, regs, ready, nil
+}
+
+// readOwnHashes returns the region hashes of keys, reading those alone
+// that hasKey names (empty maps for the others), in two rounds.
+func (s *Service) readOwnHashes(ctx context.Context, keys []string) ([]map[string]string, error) {
+	byShard := make(map[int][]int)
+	for i, k := range keys {
+		sh := shardOf(k)
+		byShard[sh] = append(byShard[sh], i)
+	}
+	shards := make([]int, 0, len(byShard))
+	cmds := make(rueidis.Commands, 0, len(byShard))
+	for sh, idx := range byShard {
+		members := make([]string, len(idx))
+		for j, i := range idx {
+			members[j] = keys[i]
+		}
+		shards = append(shards, sh)
+		cmds = append(cmds, s.cfg.Local.B().Smismember().Key(hasKey(sh)).Member(members...).Build())
+	}
+	var with []string
+	var at []int
+	for j, r := range s.cfg.Local.DoMulti(ctx, cmds...) {
+		in, err := r.AsIntSlice()
+		if err != nil {
+			return nil, fmt.Errorf("regions: read %s: %w", hasKey(shards[j]), err)
+		}
+		for m, i := range byShard[shards[j]] {
+			if m < len(in) && in[m] == 1 {
+				with = append(with, keys[i])
+				at = append(at, i)
+			}
+		}
+	}
+	out := make([]map[string]string, len(keys))
+	if len(with) > 0 {
+		hs, err := readHashes(ctx, s.cfg.Local, with)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range at {
+			out[i] = hs[j]
+		}
+	}
+	return out, nil
 }
 
 // clearCounts reads the clear count of every shard (cseqKey), in one
@@ -807,6 +885,21 @@ func (s *Service) collect() error {
 		if n, err := r.AsInt64(); err == nil && n == 1 {
 			gone = append(gone, tried[i])
 			s.drop(tried[i])
+		}
+	}
+	if len(gone) > 0 {
+		byShard := make(map[int][]string)
+		for _, k := range gone {
+			byShard[shardOf(k)] = append(byShard[shardOf(k)], k)
+		}
+		cmds := make(rueidis.Commands, 0, len(byShard))
+		for sh, ks := range byShard {
+			cmds = append(cmds, s.cfg.Local.B().Srem().Key(hasKey(sh)).Member(ks...).Build())
+		}
+		for _, r := range s.cfg.Local.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return fmt.Errorf("regions: collect: %w", err)
+			}
 		}
 	}
 	if len(gone) > 0 && s.cfg.Durable != nil {
