@@ -55,18 +55,19 @@
 // single-key ceiling with the bench's own client and the same open-loop
 // generator the paced runs use: Procs instances in single mode, with the
 // open-loop worker count, are offered 1,000 increments per second for a
-// step of Calibrate/6 (at least 100 ms), then twice as many while the node
-// keeps up, then rates bisected between the highest one it kept up with
-// and the lowest it did not, until they are within 10% (at most 14
-// steps). A step keeps up when it achieves 95% of its offered rate within
-// its window and its median latency (from each increment's scheduled
-// start, the wait in the generator's queue included) is at most four
-// times that of the lowest rate offered, or 2 ms. The ceiling is the most
-// any step achieved (rueidis pipelines the concurrent calls, so this is
-// the ceiling that matters, not that of one unpipelined connection), and
-// a run offered a multiple of it (RateCeilings) meets the node as the
-// calibration did. The node's own CPU use (INFO cpu) during the step that
-// set the ceiling is reported beside it, so one can
+// step of Calibrate/3 (at least 100 ms), then twice the rate at each step,
+// until two steps in a row neither keep up (serve 95% of the offered rate)
+// nor raise the most achieved by 10%, or 12 steps have run. A step's
+// achieved rate is its increments acknowledged over the time from its
+// start to the last acknowledgement. A capped node serves more commands
+// per slice of CPU under a deeper backlog, so the ramp goes on past the
+// first rate it falls behind; the ceiling is the plateau: the mean of the
+// rates of the step that achieved the most and of the steps after it
+// (rueidis pipelines the concurrent calls, so this is the ceiling that
+// matters, not that of one unpipelined connection), and a run offered a
+// multiple of it (RateCeilings) meets the node with such a backlog. The
+// node's own CPU use (INFO cpu) during the step that achieved the most is
+// reported beside it, so one can
 // see whether the node or the generator was the limit. Each run then
 // reports every node's writes per second and its utilisation: those writes
 // over the ceiling. Flush scripts (EVALSHA) cost a node more than a plain
@@ -151,7 +152,7 @@ const (
 	// MaxWorkers bounds Workers.
 	MaxWorkers = 256
 	// DefaultCalibrate is the command line's Calibrate: each step of the
-	// calibration drives one node for a sixth of it (the library's zero
+	// calibration drives one node for a third of it (the library's zero
 	// Calibrate skips it).
 	DefaultCalibrate = 3 * time.Second
 	// openInFlight is the number of unbuffered callers an open-loop run or
@@ -201,7 +202,7 @@ type Config struct {
 	// needs Calibrate and excludes Rate.
 	RateCeilings float64
 	// Calibrate, when positive, first measures one node's single-key
-	// ceiling (Redis only) in steps of a sixth of it (see the package
+	// ceiling (Redis only) in steps of a third of it (see the package
 	// documentation); utilisation is reported against it. Zero skips the
 	// calibration.
 	Calibrate time.Duration

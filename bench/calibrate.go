@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -25,8 +24,8 @@ type Calibration struct {
 	Workers int `json:"workers"`
 	// Seconds is how long the node was driven, over all steps.
 	Seconds float64 `json:"seconds"`
-	// IncrPerSec is the ceiling: the most increments per second any step
-	// had acknowledged within its window.
+	// IncrPerSec is the ceiling: the mean of the rates achieved by the
+	// step that achieved the most and the steps after it (see plateau).
 	IncrPerSec float64 `json:"incr_per_sec"`
 	// NodeWritesPerSec is the node's INCRBY rate during the step that
 	// set the ceiling (INFO commandstats); it matches IncrPerSec unless
@@ -47,112 +46,76 @@ type Calibration struct {
 
 // CalibrationStep is one offered rate of the calibration.
 type CalibrationStep struct {
-	// OfferedPerSec is the rate scheduled, AchievedPerSec the increments
-	// acknowledged within the step's window per second.
+	// OfferedPerSec is the rate scheduled; AchievedPerSec is the
+	// increments of the step acknowledged per second, from its start to
+	// the last acknowledgement (increments still queued when its window
+	// ended are not sent).
 	OfferedPerSec  float64 `json:"offered_per_sec"`
 	AchievedPerSec float64 `json:"achieved_per_sec"`
 	// Latency is from each increment's scheduled start (the wait in the
 	// generator's queue included) to its acknowledgement.
 	Latency Latency `json:"latency"`
-	// KeptUp says whether the node kept up with the offered rate (see
-	// keptUp).
+	// KeptUp says whether the node kept up: it achieved 95% of the
+	// offered rate.
 	KeptUp bool `json:"kept_up"`
 	// NodeWritesPerSec and NodeCPU are the node's, over the step.
 	NodeWritesPerSec float64 `json:"node_writes_per_sec"`
 	NodeCPU          float64 `json:"node_cpu"`
 }
 
-// The calibration's ramp: it offers calStartRate, doubles the rate while
-// the node keeps up, then bisects (geometrically) between the highest rate
-// kept up with and the lowest one not, until they are within
-// calResolution, or calMaxSteps have run. A step keeps up when it achieves
-// calKeepUp of what it was offered and its median latency has not climbed
-// past calClimb times that of the lowest rate achieved (or calMinClimb,
-// whichever is more); the ramp makes sure that lowest rate is at most
-// 1/calGrowth of the highest one kept up with. A node that does not keep
-// up with calStartRate is offered half as much, down to calMinRate (and
-// once below it, for the lowest rate's latency).
+// The calibration's ramp: it offers calStartRate, then twice the rate of
+// the step before, as long as a step keeps up (achieves calKeepUp of what
+// it was offered) or raises the most achieved so far by calGrowthMin;
+// calFlatSteps steps in a row that do neither end it (one may be a slice
+// of a capped node's CPU period that fell outside the window), as does
+// calMaxSteps. The ceiling is the plateau: the mean of the rates of the
+// step that achieved the most and the steps after it. A node that falls
+// behind is offered more still: a capped node serves more commands per
+// slice of CPU under a deeper backlog, and a run offered a multiple of the
+// ceiling meets it with that backlog.
 const (
-	calStartRate  = 1000.0
-	calMinRate    = 10.0
-	calGrowth     = 2.0
-	calResolution = 1.1
-	calKeepUp     = 0.95
-	calClimb      = 4.0
-	calMinClimb   = 2 * time.Millisecond
-	calMaxSteps   = 14
+	calStartRate = 1000.0
+	calGrowth    = 2.0
+	calGrowthMin = 1.1
+	calKeepUp    = 0.95
+	calFlatSteps = 2
+	calMaxSteps  = 12
 	// calStepShare is the part of Config.Calibrate each step lasts (at
 	// least minSegment): a calibration runs at most calMaxSteps of them.
-	calStepShare = 6
+	calStepShare = 3
 )
-
-// keptUp reports whether step st kept up with its offered rate, given
-// base, the lowest median latency of the steps that achieved their rate.
-func keptUp(st CalibrationStep, base time.Duration) bool {
-	if st.AchievedPerSec < calKeepUp*st.OfferedPerSec {
-		return false
-	}
-	p50 := time.Duration(st.Latency.P50Ms * float64(time.Millisecond))
-	return p50 <= max(time.Duration(calClimb*float64(base)), calMinClimb)
-}
-
-// baseLatency returns the median latency of the step with the lowest
-// offered rate among those that achieved calKeepUp of it, and that rate
-// (0 for none).
-func baseLatency(steps []CalibrationStep) (time.Duration, float64) {
-	var base time.Duration
-	var low float64
-	for _, st := range steps {
-		if st.AchievedPerSec >= calKeepUp*st.OfferedPerSec && (low == 0 || st.OfferedPerSec < low) {
-			base, low = time.Duration(st.Latency.P50Ms*float64(time.Millisecond)), st.OfferedPerSec
-		}
-	}
-	return base, low
-}
 
 // nextCalibrationRate returns the rate the next step offers, or done when
 // the ramp has found the ceiling (see the constants above). It marks each
 // step's KeptUp.
 func nextCalibrationRate(steps []CalibrationStep) (rate float64, done bool) {
-	base, low := baseLatency(steps)
-	var good, bad float64
+	var best float64
+	flat := 0 // steps in a row that neither kept up nor grew
 	for i := range steps {
 		st := &steps[i]
-		st.KeptUp = keptUp(*st, base)
-		switch {
-		case st.KeptUp:
-			good = max(good, st.OfferedPerSec)
-		case bad == 0 || st.OfferedPerSec < bad:
-			bad = st.OfferedPerSec
+		st.KeptUp = st.AchievedPerSec >= calKeepUp*st.OfferedPerSec
+		if i > 0 && !st.KeptUp && !(st.AchievedPerSec > calGrowthMin*best) {
+			flat++
+		} else {
+			flat = 0
 		}
+		best = max(best, st.AchievedPerSec)
+	}
+	if flat >= calFlatSteps {
+		return 0, true
 	}
 	switch {
 	case len(steps) == 0:
 		return calStartRate, false
 	case len(steps) >= calMaxSteps:
 		return 0, true
-	case bad == 0:
-		return good * calGrowth, false
-	case good == 0 || low > good/calGrowth*1.001:
-		// Down, until a step keeps up with its rate, and once more, so
-		// that the latency the others are held to is that of a step
-		// well below the ceiling, not of one already queueing.
-		if good == 0 {
-			if next := bad / calGrowth; next >= calMinRate {
-				return next, false
-			}
-			return 0, true
-		}
-		return low / calGrowth, false
-	case bad <= good*calResolution:
-		return 0, true
 	}
-	return math.Sqrt(good * bad), false
+	return steps[len(steps)-1].OfferedPerSec * calGrowth, false
 }
 
 // calibrationRamp runs the ramp: measure drives one step at the rate
 // given. It returns the steps and the index of the one with the highest
-// achieved rate (the ceiling), or -1 when there is none.
+// achieved rate (where the plateau starts), or -1 when there is none.
 func calibrationRamp(ctx context.Context, measure func(rate float64) (CalibrationStep, error)) ([]CalibrationStep, int, error) {
 	var steps []CalibrationStep
 	for ctx.Err() == nil {
@@ -181,6 +144,21 @@ func ceilingStep(steps []CalibrationStep) int {
 		}
 	}
 	return best
+}
+
+// plateau returns the ceiling: the mean of what the step that achieved the
+// most (best) and every step after it achieved. The ramp ends with steps
+// past the node's ceiling, so these are the node's rate under a backlog,
+// and their mean is less lifted by one lucky step than their maximum.
+func plateau(steps []CalibrationStep, best int) float64 {
+	if best < 0 {
+		return 0
+	}
+	var sum float64
+	for _, st := range steps[best:] {
+		sum += st.AchievedPerSec
+	}
+	return sum / float64(len(steps)-best)
 }
 
 // calibrate measures the single-key ceiling of the node that holds the
@@ -244,8 +222,11 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		}
 		t1 := sum(ins)
 		cal.Seconds += elapsed.Seconds()
+		// What the node served of the step's schedule, over the time
+		// until the last of it was acknowledged: increments still queued
+		// when the window ended are not sent, those in flight finish.
 		st := CalibrationStep{
-			AchievedPerSec:   float64(t1.achieved-t0.achieved) / window.Seconds(),
+			AchievedPerSec:   float64(t1.sent-t0.sent) / elapsed.Seconds(),
 			Latency:          latencies(ins).latency(),
 			NodeWritesPerSec: float64(b.writes(after[node].minus(before[node]))) / elapsed.Seconds(),
 		}
@@ -260,7 +241,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 	cal.Errors = t.failed
 	if best >= 0 {
 		c := steps[best]
-		cal.IncrPerSec, cal.NodeWritesPerSec, cal.NodeCPU, cal.Latency = c.AchievedPerSec, c.NodeWritesPerSec, c.NodeCPU, c.Latency
+		cal.IncrPerSec, cal.NodeWritesPerSec, cal.NodeCPU, cal.Latency = plateau(steps, best), c.NodeWritesPerSec, c.NodeCPU, c.Latency
 	}
 	if err != nil {
 		return cal, err

@@ -25,9 +25,8 @@ func modelNode(capacity float64, base time.Duration) func(rate float64) (Calibra
 }
 
 // TestCalibrationRampFindsCeiling: driven against model nodes of many
-// capacities, the ramp ends within calMaxSteps with a ceiling within 25%
-// of the capacity (the acceptance's bound for single at 3x), never above
-// it, and its steps are marked kept up exactly below the capacity.
+// capacities, the ramp ends within calMaxSteps with the capacity as its
+// ceiling, and its steps are marked kept up exactly below the capacity.
 func TestCalibrationRampFindsCeiling(t *testing.T) {
 	for _, capacity := range []float64{15, 80, 700, 1000, 5012, 9000, 20000, 150000} {
 		steps, best, err := calibrationRamp(context.Background(), modelNode(capacity, 300*time.Microsecond))
@@ -37,8 +36,7 @@ func TestCalibrationRampFindsCeiling(t *testing.T) {
 		if len(steps) == 0 || len(steps) > calMaxSteps || best < 0 {
 			t.Fatalf("capacity %v: %d steps, best %d", capacity, len(steps), best)
 		}
-		ceiling := steps[best].AchievedPerSec
-		if ceiling > capacity || ceiling < 0.75*capacity {
+		if ceiling := plateau(steps, best); ceiling != capacity {
 			t.Errorf("capacity %v: ceiling %v (steps %+v)", capacity, ceiling, steps)
 		}
 		for _, st := range steps {
@@ -46,45 +44,43 @@ func TestCalibrationRampFindsCeiling(t *testing.T) {
 				t.Errorf("capacity %v: step at %v kept up %v, want %v", capacity, st.OfferedPerSec, st.KeptUp, want)
 			}
 		}
+		if last := steps[len(steps)-1]; len(steps) < calMaxSteps && (last.KeptUp || last.OfferedPerSec < 2*capacity) {
+			t.Errorf("capacity %v: ended on %+v", capacity, last)
+		}
 	}
 }
 
-// TestCalibrationRampLatencyClimb: a node that acknowledges every offered
-// increment, but ever later past 4,000/s (a queue in front of it), has
-// its ceiling where the latency climbed, not at the top rate offered.
-func TestCalibrationRampLatencyClimb(t *testing.T) {
+// TestCalibrationRampDeepBacklog: a capped node that serves more under a
+// deeper backlog (like a node capped at 0.5% of a CPU that a calibration
+// stopping where it fell behind put at 1,714/s, and single at three times
+// that took 4,986/s) is driven on past the first rate it falls behind,
+// until two steps in a row add nothing; the ceiling is its plateau.
+func TestCalibrationRampDeepBacklog(t *testing.T) {
+	served := map[float64]float64{1000: 976, 2000: 1714, 4000: 3600, 8000: 4986, 16000: 5100, 32000: 5150}
 	steps, best, err := calibrationRamp(context.Background(), func(rate float64) (CalibrationStep, error) {
-		p50 := 500 * time.Microsecond
-		if rate > 4000 {
-			p50 = 20 * time.Millisecond
-		}
-		return CalibrationStep{AchievedPerSec: rate, Latency: Latency{P50Ms: ms(p50)}}, nil
+		return CalibrationStep{AchievedPerSec: served[rate]}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var top float64
-	for _, st := range steps {
-		if st.KeptUp {
-			top = max(top, st.OfferedPerSec)
-		}
-		if st.KeptUp != (st.OfferedPerSec <= 4000) {
+	if len(steps) != 6 || best != 5 || steps[best].AchievedPerSec != 5150 || plateau(steps, best) != 5150 {
+		t.Errorf("best %d of %+v, want the 6 steps up to 32,000/s and 5,150/s", best, steps)
+	}
+	for i, st := range steps {
+		if st.KeptUp != (i == 0) {
 			t.Errorf("step %+v", st)
 		}
 	}
-	if top < 4000/calResolution || top > 4000 {
-		t.Errorf("highest rate kept up with %v, want within %v of 4000 (steps %+v, best %d)", top, calResolution, steps, best)
-	}
 }
 
-// TestCalibrationRampStops: a node that keeps up with nothing ends the
-// ramp below calMinRate with no ceiling; a failed step ends it with its
-// error; a cancelled context ends it.
+// TestCalibrationRampStops: a node that serves nothing ends the ramp
+// after three steps with no ceiling; a failed step ends it with its error;
+// a cancelled context ends it.
 func TestCalibrationRampStops(t *testing.T) {
 	steps, best, err := calibrationRamp(context.Background(), func(float64) (CalibrationStep, error) {
 		return CalibrationStep{}, nil
 	})
-	if err != nil || best != -1 || len(steps) == 0 || len(steps) > calMaxSteps || steps[len(steps)-1].OfferedPerSec/calGrowth >= calMinRate {
+	if err != nil || best != -1 || len(steps) != 1+calFlatSteps {
 		t.Errorf("dead node: %d steps, best %d, err %v: %+v", len(steps), best, err, steps)
 	}
 	boom := errors.New("boom")
@@ -103,5 +99,20 @@ func TestCalibrationRampStops(t *testing.T) {
 	})
 	if !errors.Is(err, context.Canceled) || n != 2 {
 		t.Errorf("cancelled: %d steps, %v", n, err)
+	}
+}
+
+// TestCalibrationPlateau: the ceiling is the mean of the best step and
+// those after it (a capped node's last three steps at 0.3% of a CPU).
+func TestCalibrationPlateau(t *testing.T) {
+	steps := []CalibrationStep{{AchievedPerSec: 832}, {AchievedPerSec: 1992}, {AchievedPerSec: 7430}, {AchievedPerSec: 6457}, {AchievedPerSec: 5188}}
+	if best := ceilingStep(steps); best != 2 {
+		t.Fatalf("best %d", best)
+	}
+	if got, want := plateau(steps, 2), (7430.0+6457+5188)/3; got != want {
+		t.Errorf("plateau %v, want %v", got, want)
+	}
+	if plateau(nil, -1) != 0 {
+		t.Error("plateau of nothing")
 	}
 }
