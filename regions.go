@@ -2,10 +2,8 @@ package hotcount
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -55,22 +53,12 @@ func (c Config) validateRegions() error {
 	if len(c.Redis.Addrs) == 0 && c.Store == nil {
 		return fmt.Errorf("%w: Region needs a Redis cache (Redis.Addrs)", ErrConfig)
 	}
-	seen := map[string]bool{c.Region: true}
-	for _, p := range c.Peers {
-		switch {
-		case !regions.ValidName(p.Name):
-			return fmt.Errorf("%w: peer name %q must be 1-64 letters, digits, - or _", ErrConfig, p.Name)
-		case seen[p.Name]:
-			return fmt.Errorf("%w: region %q named twice in Region and Peers", ErrConfig, p.Name)
-		case len(p.Redis.Addrs) == 0:
-			return fmt.Errorf("%w: peer %q has no Redis addresses", ErrConfig, p.Name)
-		}
-		for _, a := range p.Redis.Addrs {
-			if strings.TrimSpace(a) == "" || !strings.Contains(a, ":") {
-				return fmt.Errorf("%w: peer %q: Redis address %q is not host:port", ErrConfig, p.Name, a)
-			}
-		}
-		seen[p.Name] = true
+	names, addrs := make([]string, len(c.Peers)), make([][]string, len(c.Peers))
+	for i, p := range c.Peers {
+		names[i], addrs[i] = p.Name, p.Redis.Addrs
+	}
+	if err := regions.CheckPeers(c.Region, names, addrs); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
@@ -92,7 +80,8 @@ func (c *Client) startRegions() error {
 	for i, p := range s.Peers {
 		p := p
 		peers[i] = regions.Peer{Name: p.Name, Connect: func(ctx context.Context) (rueidis.Client, error) {
-			return peerClient(ctx, p, s.Timeout)
+			return regions.Connect(ctx, regions.Link{Addrs: p.Redis.Addrs, Username: p.Redis.Username,
+				Password: p.Redis.Password, TLS: p.Redis.TLS, Dial: p.Dial, Timeout: s.Timeout})
 		}}
 	}
 	var dr durable.Regions
@@ -107,7 +96,7 @@ func (c *Client) startRegions() error {
 	}
 	var err error
 	c.reg, err = regions.New(regions.Config{
-		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals, Durable: dr,
+		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals(), Durable: dr,
 		Retention: regionRetention,
 		Deadlines: c.eng.Deadlines, Expire: c.ownDeadline, Ended: c.regionEnded,
 		Expiring: func(key string) bool { return s.table.Lookup(key).TTL != 0 },
@@ -147,72 +136,30 @@ func (c *Client) regionEnded(ctx context.Context, key string, at time.Time) erro
 	return c.cfg.Durability.Store.ClearEnded(ctx, key, at)
 }
 
-// peerClient connects to a peer region's cache.
-func peerClient(ctx context.Context, p PeerConfig, timeout time.Duration) (rueidis.Client, error) {
-	opt := rueidis.ClientOption{
-		InitAddress:      p.Redis.Addrs,
-		Username:         p.Redis.Username,
-		Password:         p.Redis.Password,
-		TLSConfig:        p.Redis.TLS,
-		DisableCache:     true,
-		ClientSetInfo:    rueidis.DisableClientSetInfo,
-		ConnWriteTimeout: 2 * timeout,
-		Dialer:           net.Dialer{Timeout: timeout},
-	}
-	if p.Dial != nil {
-		opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-			conn, err := p.Dial(ctx, addr)
-			if err != nil || cfg == nil {
-				return conn, err
-			}
-			tc := tls.Client(conn, cfg)
-			if err := tc.HandshakeContext(ctx); err != nil {
-				conn.Close()
-				return nil, err
-			}
-			return tc, nil
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return rueidis.NewClient(opt)
-}
-
 // regionTotals reads this region's own totals of keys: the exact durable
 // total of a durable-mode counter, the sum of the sub-counters of any
 // other (without unflushed deltas: those are shipped once flushed).
-func (c *Client) regionTotals(ctx context.Context, keys []string) (map[string]int64, error) {
+func (c *Client) regionTotals() regions.Totals {
+	var exact regions.Totals
+	if st := c.cfg.Durability.Store; st != nil {
+		exact = st.ExactMulti
+	}
+	return regions.SplitTotals(func(k string) bool { return c.cfg.table.Lookup(k).Mode == ModeDurable }, exact, c.sums)
+}
+
+// sums reads the sums of the sub-counters of keys.
+func (c *Client) sums(ctx context.Context, keys []string) (map[string]int64, error) {
+	reads, _, _, err := c.eng.Read(ctx, keys, nil)
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[string]int64, len(keys))
-	var cached, exact []string
-	for _, k := range keys {
-		if c.cfg.table.Lookup(k).Mode == ModeDurable {
-			exact = append(exact, k)
-		} else {
-			cached = append(cached, k)
-		}
-	}
-	if len(exact) > 0 {
-		m, err := c.cfg.Durability.Store.ExactMulti(ctx, exact)
+	for _, r := range reads {
+		v, err := r.Sum()
 		if err != nil {
 			return nil, err
 		}
-		for k, v := range m {
-			out[k] = v
-		}
-	}
-	if len(cached) > 0 {
-		reads, _, _, err := c.eng.Read(ctx, cached, nil)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range reads {
-			v, err := r.Sum()
-			if err != nil {
-				return nil, err
-			}
-			out[r.Key] = v
-		}
+		out[r.Key] = v
 	}
 	return out, nil
 }
@@ -252,14 +199,7 @@ func (c *Client) globalExact(ctx context.Context, r *Reading) error {
 	if err != nil {
 		return err
 	}
-	var st regions.State
-	for _, p := range m[r.Key] {
-		if p.Origin == c.cfg.Region && p.Kind == durable.PartContribution {
-			st.Epoch = p.Epoch
-			continue
-		}
-		st.Merge(p)
-	}
+	st := regions.FromParts(c.cfg.Region, m[r.Key])
 	r.Value, r.Regions = st.Global(c.cfg.Region, r.Value, c.cfg.Clock.Now())
 	return nil
 }
