@@ -712,3 +712,52 @@ func TestRegionsCollect(t *testing.T) {
 	converge(t, "gc:live", 1, clients)
 	t.Logf("collected: eu %d, us %d", clients["eu"].RegionsCollected(), clients["us"].RegionsCollected())
 }
+
+// TestRegionsExpiryDurable: a durable-mode counter's deadline ends it in
+// every region, its exact reads included (the durable store drops what
+// the ended counter left when the expiry runs), and its next increments
+// count from zero.
+func TestRegionsExpiryDurable(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	durableCfg := func(cfg *hotcount.Config) {
+		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		cfg.Durability = hotcount.DurabilityConfig{Store: db}
+		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "d:", Mode: hotcount.ModeDurable})
+	}
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
+	ctx := context.Background()
+	key := "d:exp"
+	incr := func(region string, n int64) {
+		t.Helper()
+		if err := clients[region].Incr(ctx, key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exact := func(want int64) {
+		t.Helper()
+		for name, c := range clients {
+			waitFor(t, name+" reads "+key+" exactly", func() (bool, string) {
+				r, err := c.GetExact(ctx, key)
+				return err == nil && r.Value == want, fmt.Sprintf("%d (shares %v), %v; want %d", r.Value, r.Regions, err, want)
+			})
+		}
+	}
+	incr("eu", 10)
+	incr("us", 20)
+	converge(t, key, 30, clients)
+	exact(30)
+	at := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(at) + 50*time.Millisecond)
+	converge(t, key, 0, clients)
+	exact(0)
+	incr("us", 5)
+	converge(t, key, 5, clients)
+	exact(5)
+}
