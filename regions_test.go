@@ -484,7 +484,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestRegionsExpiry(t *testing.T) {
 	w := newWorld(t, "eu", "us")
 	ttl := func(cfg *hotcount.Config) {
-		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "ttl:", TTL: 3 * time.Second})
+		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "ttl:", TTL: 5 * time.Second})
 	}
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", ttl), "us": w.client(t, "us", ttl)}
 	ctx := context.Background()
@@ -518,7 +518,8 @@ func TestRegionsExpiry(t *testing.T) {
 		incr(t, "eu", key, 10)
 		incr(t, "us", key, 20)
 		converge(t, key, 30, clients)
-		at := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+		// Far enough ahead for the deadline to reach us on a busy machine.
+		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
 		if ok, err := clients["eu"].Expire(ctx, key, at); err != nil || !ok {
 			t.Fatalf("eu Expire = %v, %v", ok, err)
 		}
@@ -557,7 +558,7 @@ func TestRegionsExpiry(t *testing.T) {
 		incr(t, "eu", key, 10)
 		incr(t, "us", key, 20)
 		converge(t, key, 30, clients)
-		at := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
 		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
 			t.Fatal(err)
 		}
