@@ -432,7 +432,7 @@ func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, er
 	if err == nil && c.reg != nil {
 		// Every region's part gets the deadline, and the counter ends
 		// in every region when it passes.
-		existed, err = c.reg.SetDeadline(ctx, key, at, existed)
+		existed, _, err = c.reg.SetDeadline(ctx, key, at, existed)
 	}
 	return existed, err
 }
@@ -473,8 +473,8 @@ func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
 	}
 	if err == nil && c.reg != nil {
 		var some bool
-		if some, err = c.reg.SetDeadline(ctx, key, time.Time{}, had); !had {
-			had = some && err == nil
+		if _, some, err = c.reg.SetDeadline(ctx, key, time.Time{}, had); err == nil {
+			had = had || some
 		}
 	}
 	return had, err

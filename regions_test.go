@@ -536,6 +536,30 @@ func TestRegionsExpiry(t *testing.T) {
 			t.Fatalf("eu's deadline of the new %s = %v, %v; want none", key, d, err)
 		}
 	})
+	t.Run("persist", func(t *testing.T) {
+		key := "exp:p"
+		incr(t, "eu", key, 1)
+		incr(t, "us", key, 2)
+		converge(t, key, 3, clients)
+		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
+			t.Fatal(err)
+		}
+		hasDeadline(t, "us", key, at)
+		// A Persist in the other region removes the deadline everywhere.
+		if had, err := clients["us"].Persist(ctx, key); err != nil || !had {
+			t.Fatalf("us Persist = %v, %v; want true", had, err)
+		}
+		waitFor(t, "eu's part of "+key+" loses its deadline", func() (bool, string) {
+			d, ok, err := clients["eu"].Deadline(ctx, key)
+			return err == nil && ok && d.IsZero(), fmt.Sprintf("deadline %v, exists %v, %v", d, ok, err)
+		})
+		untilPast(at)
+		converge(t, key, 3, clients)
+		if had, err := clients["eu"].Persist(ctx, key); err != nil || had {
+			t.Fatalf("eu Persist of a counter without a deadline = %v, %v; want false", had, err)
+		}
+	})
 	t.Run("namespace ttl", func(t *testing.T) {
 		key := "ttl:a"
 		incr(t, "eu", key, 1)

@@ -216,9 +216,11 @@ return s
 // ttl's), ARGV[3] "1" when the counter exists here. It first runs an
 // expiry whose deadline passed. The register is set only when the counter
 // exists here or the hash holds a peer's contribution (ARGV[4] is this
-// region's name) or a deadline, so that no counter starts. It returns
-// {set, whether the counter exists in some region, the deadline (ms) of
-// the expiry it ran or 0}.
+// region's name) or a deadline, so that no counter starts; no deadline
+// (a Persist) is set only over a deadline, or when ARGV[3] is "1". It
+// returns {set, whether the counter exists in some region, the deadline
+// (ms) of the expiry it ran or 0, whether the register held a deadline
+// still to come}.
 var setDeadlineScript = newScript(newer + deadlines + `
 local now = nowms()
 local ran = expire(KEYS[1], now)
@@ -243,7 +245,10 @@ if not exists then
     end
   end
 end
-if not exists and not (ost and oat ~= 0) then return {0, 0, ran} end
+local had = 0
+if ost and oat ~= 0 and oat > now then had = 1 end
+if not exists and had == 0 then return {0, 0, ran, 0} end
+if ARGV[1] == '0' and had == 0 and ARGV[3] ~= '1' then return {0, 1, ran, 0} end
 local s = tonumber(ARGV[2])
 if s == 0 then
   s = now
@@ -252,7 +257,7 @@ end
 local set = dset(KEYS[1], string.format('%.0f', s) .. ':' .. ARGV[1], now)
 local e = 0
 if exists then e = 1 end
-return {set, e, ran}
+return {set, e, ran, had}
 `)
 
 // expireScript runs the expiry of KEYS[1] when its deadline register has

@@ -353,8 +353,9 @@ func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 // counter when it passes. here says whether the counter exists in this
 // region; the register is set only when it exists in some region (or
 // holds a deadline), and exists reports whether it does. The caller has
-// given its own counter the deadline already.
-func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, here bool) (exists bool, err error) {
+// given its own counter the deadline already. had reports whether the
+// register held a deadline still to come.
+func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, here bool) (exists, had bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	ms := int64(0)
@@ -366,25 +367,25 @@ func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, her
 		flag = "1"
 	}
 	if err := s.hasHash(ctx, key); err != nil {
-		return here, err
+		return here, false, err
 	}
 	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
 		args: []string{strconv.FormatInt(ms, 10), "0", flag, s.cfg.Region}}})
 	out, err := res[0].AsIntSlice()
 	s.drop(key)
-	if err != nil || len(out) != 3 {
-		return here, fmt.Errorf("regions: deadline %q: %w (%v)", key, err, out)
+	if err != nil || len(out) != 4 {
+		return here, false, fmt.Errorf("regions: deadline %q: %w (%v)", key, err, out)
 	}
 	if out[2] != 0 {
 		s.ended(ctx, key, out[2])
 	}
 	if out[0] == 1 && ms != 0 {
 		if err := s.schedule(ctx, key, ms, true); err != nil {
-			return out[1] == 1, err
+			return out[1] == 1, out[3] == 1, err
 		}
 	}
 	s.Mark(key, false)
-	return out[1] == 1, nil
+	return out[1] == 1, out[3] == 1, nil
 }
 
 // hasHash notes that key has a region hash here (hasKey), before the
