@@ -552,7 +552,8 @@ func unknownKey(k *yaml.Node, key, where string, known []string) error {
 // names no setting but is a likely typo of one (HOTCOUNT_BUFFERD: did you
 // mean HOTCOUNT_BUFFERED?) or names a setting only the file can hold
 // (HOTCOUNT_NAMESPACES). Other HOTCOUNT_* variables, such as the
-// counter commands' HOTCOUNT_SERVER, are left alone.
+// counter commands' HOTCOUNT_SERVER, and empty ones (as good as unset)
+// are left alone.
 func envTypos(environ []string) []string {
 	known := map[string]bool{}
 	fileOnly := map[string]string{}
@@ -567,9 +568,9 @@ func envTypos(environ []string) []string {
 	}
 	var out []string
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
+		name, val, _ := strings.Cut(kv, "=")
 		rest, ok := strings.CutPrefix(name, "HOTCOUNT_")
-		if !ok || known[name] {
+		if !ok || known[name] || val == "" {
 			continue
 		}
 		if setting, ok := fileOnly[name]; ok {

@@ -341,14 +341,16 @@ func TestFlagsOfTheOtherCommand(t *testing.T) {
 
 // TestEnvTypos: a HOTCOUNT_* variable one typo away from a setting's is
 // named with the setting's, one of a setting only the file holds is said
-// to be ignored; the others (the counter commands' own, the tests') are
-// not named.
+// to be ignored; the others (the counter commands' own, the tests') and
+// empty ones are not named.
 func TestEnvTypos(t *testing.T) {
 	got := envTypos([]string{
 		"HOTCOUNT_BUFFERD=true", "HOTCOUNT_LOG_FORMT=json", "HOTCOUNT_LISTEN=x", "HOTCOUNT_AUTO_N_BUDGT=5",
 		"HOTCOUNT_SERVER=http://x", "HOTCOUNT_CLIENT_TOKEN=t", "HOTCOUNT_TEST_POSTGRES=u", "HOTCOUNT_UPDATE_DOCS=1",
 		"HOTCOUNT_REDOCLY=r", "HOTCOUNT_BENCH_PROXY_PROCS=1", "HOTCOUNT_SOAK_EXPIRE=1", "HOTCOUNT_REGIONS_MEASURE=1",
 		"HOTCOUNT_TEST_FULL=1", "PATH=/bin", "HOTCOUNT_PEERS=x",
+		// Set but empty, as a script clearing the settings leaves them.
+		"HOTCOUNT_NAMESPACES=", "HOTCOUNT_BUFERED=",
 	})
 	want := []string{
 		"HOTCOUNT_AUTO_N_BUDGT is not a setting and is ignored (did you mean HOTCOUNT_AUTO_N_BUDGET?)",
