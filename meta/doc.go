@@ -14,7 +14,9 @@
 // on the epoch (atomic in the backend: a Lua script in Redis, one lock in the
 // embedded store), so concurrent changers never overwrite each other. When a
 // Durable store is configured every committed record is mirrored to it, and
-// a record missing from the cache is restored from it.
+// a record missing from the cache is restored from it; a record is dropped
+// from the durable store first, then from the cache, so that no look-up
+// restores a record just dropped.
 //
 // A counter without a record gets a default label set: placement.Choose on
 // the current topology with the counter's N (or keyspace.NaiveLabels when

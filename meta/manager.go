@@ -556,22 +556,40 @@ func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
 			m.forgetDropped(key)
 			return false, err
 		}
-		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)
+		ok, err := m.dropRecord(ctx, key, cur.Epoch)
 		if err != nil {
-			return false, fmt.Errorf("meta: drop the record of %q: %w", key, err)
+			return false, err
 		}
-		if !ok {
-			continue
+		if ok {
+			return true, nil
 		}
-		m.forgetDropped(key)
-		if m.cfg.Durable != nil {
-			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
-				return true, fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
-			}
-		}
-		return true, nil
 	}
 	return false, fmt.Errorf("%w: dropping the record of %q", ErrConflict, key)
+}
+
+// dropRecord deletes key's record of epoch epoch: first its durable copy,
+// then, if it still has that epoch, the cache's. In that order a look-up
+// that finds no record in the cache finds none in the durable store
+// either: the other way round, one in between restored the record just
+// dropped from its durable copy (fetch), and a counter that expired came
+// back with its passed deadline, or a new counter started on the old
+// record. ok is false, and the durable copy is gone, when the record
+// changed meanwhile: the caller reads it again, and mirrors it when it
+// keeps it.
+func (m *Manager) dropRecord(ctx context.Context, key string, epoch uint64) (ok bool, err error) {
+	if m.cfg.Durable != nil {
+		if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
+			return false, fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
+		}
+	}
+	ok, err = m.b.CASMeta(ctx, key, epoch, nil)
+	if err != nil {
+		return false, fmt.Errorf("meta: drop the record of %q: %w", key, err)
+	}
+	if ok {
+		m.forgetDropped(key)
+	}
+	return ok, nil
 }
 
 // CacheCounts returns how many counters the cache holds labels of: with a

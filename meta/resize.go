@@ -141,26 +141,26 @@ func (m *Manager) dropCold(ctx context.Context, key string) error {
 	if !m.cold(key) {
 		return nil
 	}
+	tried := false // dropRecord deleted the durable copy
 	for range casAttempts {
 		cur, found, err := m.fetch(ctx, key)
 		if err != nil {
 			return err
 		}
 		if !found || cur.Pinned || !slices.Equal(cur.Write, coldSet) || !slices.Equal(cur.Read, coldSet) || len(cur.Folds) > 0 {
+			if found && tried {
+				// Changed meanwhile and kept: its durable copy again.
+				return m.mirror(ctx, key, cur)
+			}
 			return nil
 		}
-		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, nil)
+		tried = true
+		ok, err := m.dropRecord(ctx, key, cur.Epoch)
 		if err != nil {
-			return fmt.Errorf("meta: drop the record of %q: %w", key, err)
+			return err
 		}
 		if !ok {
 			continue
-		}
-		m.forgetDropped(key)
-		if m.cfg.Durable != nil {
-			if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
-				return fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
-			}
 		}
 		m.cfg.OnStep(key, StepDropped)
 		return nil
