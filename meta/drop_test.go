@@ -84,3 +84,59 @@ func TestDropRacesLookUp(t *testing.T) {
 		})
 	}
 }
+
+// loadHook is a durable store that runs during once, right after a
+// LoadMeta that found a record.
+type loadHook struct {
+	*fakeDurable
+	during func()
+}
+
+func (d *loadHook) LoadMeta(ctx context.Context, key string) ([]byte, error) {
+	data, err := d.fakeDurable.LoadMeta(ctx, key)
+	if data != nil && d.during != nil {
+		f := d.during
+		d.during = nil
+		f()
+	}
+	return data, err
+}
+
+// TestRestoreRacesDrop: a record the cache lost, read from the durable
+// store to be restored, and dropped (in both stores) before the restore
+// lands, stays dropped. Before, the restore wrote it back to the cache.
+func TestRestoreRacesDrop(t *testing.T) {
+	ctx := context.Background()
+	d := &loadHook{fakeDurable: &fakeDurable{}}
+	s := newMem(t, 3)
+	m := newManager(t, s, meta.Config{Clock: newFakeClock(), Durable: d, DefaultN: func(string) int { return 4 }})
+	if err := m.Resize(ctx, "k", 3); err != nil {
+		t.Fatal(err)
+	}
+	mt, err := m.Meta(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.CASMeta(ctx, "k", mt.Epoch, nil); err != nil || !ok { // the cache lost it
+		t.Fatalf("delete the record: %v %v", ok, err)
+	}
+	m.Forget("k")
+	d.during = func() {
+		if ok, err := m.Drop(ctx, "k"); err != nil || !ok {
+			t.Errorf("Drop = %v %v, want true", ok, err)
+		}
+	}
+	got, err := m.Meta(ctx, "k") // restores from the durable copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.during != nil {
+		t.Fatal("no restore")
+	}
+	if data, ok, _ := s.GetMeta(ctx, "k"); ok {
+		t.Errorf("the cache holds the dropped record again: %s", data)
+	}
+	if got.Epoch != 0 {
+		t.Errorf("look-up = %+v, want no record", got)
+	}
+}

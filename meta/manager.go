@@ -326,14 +326,21 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 			return Meta{}, false, fmt.Errorf("meta: load %q from the durable store: %w", key, err)
 		}
 		if data != nil {
-			if _, err := decode(data); err != nil {
+			mt, err := decode(data)
+			if err != nil {
 				return Meta{}, false, fmt.Errorf("meta: durable record of %q: %w", key, err)
 			}
-			if _, err := m.b.CASMeta(ctx, key, 0, data); err != nil {
+			ok, err := m.b.CASMeta(ctx, key, 0, data)
+			if err != nil {
 				return Meta{}, false, fmt.Errorf("meta: restore %q: %w", key, err)
 			}
-			// Restored, or raced with another restorer or changer: read
-			// back what the cache holds now.
+			if ok {
+				if err := m.unrestoreDropped(ctx, key, mt.Epoch); err != nil {
+					return Meta{}, false, err
+				}
+			}
+			// Restored, or raced with another restorer, changer or
+			// dropper: read back what the cache holds now.
 			return m.fetch(ctx, key)
 		}
 	}
@@ -342,6 +349,23 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 		return Meta{}, false, err
 	}
 	return Meta{Write: labels, Read: labels}, false, nil
+}
+
+// unrestoreDropped takes back the record of epoch epoch that fetch just
+// restored to the cache when its durable copy is gone: a drop deleted it
+// (and then the cache's) after fetch read it.
+func (m *Manager) unrestoreDropped(ctx context.Context, key string, epoch uint64) error {
+	data, err := m.cfg.Durable.LoadMeta(ctx, key)
+	if err != nil {
+		return fmt.Errorf("meta: load %q from the durable store: %w", key, err)
+	}
+	if data != nil {
+		return nil
+	}
+	if _, err := m.b.CASMeta(ctx, key, epoch, nil); err != nil {
+		return fmt.Errorf("meta: take back the restored record of %q: %w", key, err)
+	}
+	return nil
 }
 
 // defaults returns the label set of a counter without a record.
