@@ -218,89 +218,122 @@ func TestDeadlineSurvivesDurableRebuild(t *testing.T) {
 // one (its checkpoints and metadata), so a node that comes back empty
 // restores it. An expired counter the cache no longer serves loses every
 // row. Both for a deadline set with Expire and for a namespace's TTL.
-// Before, the pass deleted the new counter's metadata row.
+// Before, the pass deleted the new counter's metadata row; and, now and
+// then, a label look-up brought the expired counter's record back (see
+// meta.TestDropRacesLookUp), so the new counter was cleared as expired.
+//
+// The new counter of the namespace with a TTL lives for the TTL: an
+// attempt that outran it (a loaded machine) proves nothing, and is run
+// again with a TTL twice as long.
 func TestCleanupKeepsLiveCounter(t *testing.T) {
 	for _, ds := range durStores() {
 		t.Run(ds.name, func(t *testing.T) {
-			ctx := context.Background()
-			be := ds.open(t, ds.loc(t))
-			run := uniqueKey(t)
-			const life = 1500 * time.Millisecond
-			tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: life}
-			c := durClient(t, hotcount.Config{
-				Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
-				Namespaces: []hotcount.Namespace{tmp},
-				Meta:       hotcount.MetaConfig{TTL: 20 * time.Millisecond},
-				Reads:      hotcount.ReadConfig{NoCache: true},
-				Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour},
-			})
-			again, gone, ttlAgain := run+":again", run+":gone", tmp.Prefix+"again"
-			all := []string{again, gone, ttlAgain}
-			t.Cleanup(func() {
-				for _, k := range all {
-					_ = c.Clear(context.Background(), k)
-				}
-			})
-			grow := func(keys ...string) {
-				t.Helper()
-				for _, k := range keys {
-					if err := c.Incr(ctx, k, 5); err != nil {
-						t.Fatal(err)
+			life := 1500 * time.Millisecond
+			for attempt := 1; ; attempt++ {
+				fails, took := cleanupKeepsLiveCounter(t, ds, life)
+				if took+time.Millisecond < life { // a deadline is kept to the millisecond
+					for _, f := range fails {
+						t.Error(f)
 					}
-					if err := c.Resize(ctx, k, 3); err != nil {
-						t.Fatal(err)
-					}
+					return
 				}
-				if _, err := c.Checkpoint(ctx); err != nil {
-					t.Fatal(err)
+				t.Logf("attempt %d with a TTL of %v took %v from the new counters' first writes to the last check: their TTL may have passed; %d findings dropped (%q)", attempt, life, took, len(fails), fails)
+				if attempt == 5 {
+					t.Skipf("every attempt outran its TTL, the last one %v", life)
 				}
-			}
-			grow(all...)
-			deadline := time.Now().Add(life)
-			for _, k := range []string{again, gone} {
-				if _, err := c.Expire(ctx, k, deadline); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := c.Cleanup(ctx); err != nil { // notes the TTL one
-				t.Fatal(err)
-			}
-			time.Sleep(time.Until(deadline.Add(life/2)) + 100*time.Millisecond)
-			for _, k := range all {
-				if r, err := c.Get(ctx, k); err != nil || r.Value != 0 {
-					t.Fatalf("%s after its deadline: %+v %v", k, r, err)
-				}
-			}
-			grow(again, ttlAgain) // new counters under the old keys
-			rep, err := c.Cleanup(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("pass: %+v", rep)
-			for _, k := range []string{again, ttlAgain} {
-				if cps, meta, _, _ := rowsOf(t, be, []string{k}); cps == 0 || meta != 1 {
-					t.Errorf("%s, live in the cache, has %d checkpoints and %d metadata rows after the pass", k, cps, meta)
-				}
-			}
-			if cps, meta, _, dl := rowsOf(t, be, []string{gone}); cps+meta+dl != 0 {
-				t.Errorf("%s, expired, keeps %d checkpoints, %d metadata rows and %d deadlines", gone, cps, meta, dl)
-			}
-			if err := cluster.FlushAll(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Checkpoint(ctx); err != nil {
-				t.Fatal(err)
-			}
-			for k, want := range map[string]int64{again: 5, ttlAgain: 5, gone: 0} {
-				if r, err := c.Get(ctx, k); err != nil || r.Value != want {
-					t.Errorf("%s restored: %+v %v, want %d", k, r, err, want)
-				}
-			}
-			if w, _, err := c.Labels(ctx, again); err != nil || len(w) != 3 {
-				t.Errorf("%s restored with labels %v %v, want 3", again, w, err)
+				life *= 2
 			}
 		})
 	}
+}
+
+// cleanupKeepsLiveCounter runs TestCleanupKeepsLiveCounter once on a new
+// store, with life as the TTL and the time to the deadline set with
+// Expire. It returns what it found wrong and how long it took from just
+// before the new counters' first writes to the end of the last check: at
+// or past life, the TTL counter's new deadline may have passed, and the
+// findings say nothing.
+func cleanupKeepsLiveCounter(t *testing.T, ds durStore, life time.Duration) (fails []string, took time.Duration) {
+	t.Helper()
+	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
+	ctx := context.Background()
+	be := ds.open(t, ds.loc(t))
+	run := uniqueKey(t)
+	tmp := hotcount.Namespace{Prefix: run + ":tmp:", TTL: life}
+	c := durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Namespaces: []hotcount.Namespace{tmp},
+		Meta:       hotcount.MetaConfig{TTL: 20 * time.Millisecond},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour},
+	})
+	again, gone, ttlAgain := run+":again", run+":gone", tmp.Prefix+"again"
+	all := []string{again, gone, ttlAgain}
+	t.Cleanup(func() {
+		for _, k := range all {
+			_ = c.Clear(context.Background(), k)
+		}
+	})
+	grow := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if err := c.Incr(ctx, k, 5); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Resize(ctx, k, 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grow(all...)
+	deadline := time.Now().Add(life)
+	for _, k := range []string{again, gone} {
+		if _, err := c.Expire(ctx, k, deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Cleanup(ctx); err != nil { // notes the TTL one
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(deadline.Add(life/2)) + 100*time.Millisecond)
+	for _, k := range all {
+		if r, err := c.Get(ctx, k); err != nil || r.Value != 0 {
+			t.Fatalf("%s after its deadline: %+v %v", k, r, err)
+		}
+	}
+	start := time.Now()   // the new TTL counter lives at least life from here
+	grow(again, ttlAgain) // new counters under the old keys
+	rep, err := c.Cleanup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pass: %+v", rep)
+	for _, k := range []string{again, ttlAgain} {
+		if cps, meta, _, _ := rowsOf(t, be, []string{k}); cps == 0 || meta != 1 {
+			fail("%s, live in the cache, has %d checkpoints and %d metadata rows after the pass", k, cps, meta)
+		}
+	}
+	if cps, meta, _, dl := rowsOf(t, be, []string{gone}); cps+meta+dl != 0 {
+		fail("%s, expired, keeps %d checkpoints, %d metadata rows and %d deadlines", gone, cps, meta, dl)
+	}
+	if err := cluster.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]int64{again: 5, ttlAgain: 5, gone: 0} {
+		if r, err := c.Get(ctx, k); err != nil || r.Value != want {
+			fail("%s restored: %+v %v, want %d", k, r, err, want)
+		}
+	}
+	if w, _, err := c.Labels(ctx, again); err != nil || len(w) != 3 {
+		fail("%s restored with labels %v %v, want 3", again, w, err)
+	}
+	return fails, time.Since(start)
 }
 
 // TestDeadlineAcrossHeatAndCool: on a Redis Cluster, a cold counter of a
