@@ -513,17 +513,24 @@ func TestRegionsExpiry(t *testing.T) {
 		}
 	}
 	untilPast := func(at time.Time) { time.Sleep(time.Until(at) + 50*time.Millisecond) }
-	t.Run("expire", func(t *testing.T) {
-		key := "exp:a"
-		incr(t, "eu", key, 10)
-		incr(t, "us", key, 20)
-		converge(t, key, 30, clients)
-		// Far enough ahead for the deadline to reach us on a busy machine.
+	// expiring writes a in eu and b in us, waits until both read a+b, and
+	// gives the counter a deadline in eu, 5 s ahead (far enough for it to
+	// reach us on a busy machine), which us has learnt when it returns.
+	expiring := func(t *testing.T, key string, a, b int64) time.Time {
+		t.Helper()
+		incr(t, "eu", key, a)
+		incr(t, "us", key, b)
+		converge(t, key, a+b, clients)
 		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
 		if ok, err := clients["eu"].Expire(ctx, key, at); err != nil || !ok {
 			t.Fatalf("eu Expire = %v, %v", ok, err)
 		}
 		hasDeadline(t, "us", key, at)
+		return at
+	}
+	t.Run("expire", func(t *testing.T) {
+		key := "exp:a"
+		at := expiring(t, key, 10, 20)
 		untilPast(at)
 		// Gone in both, us's copy of eu's part included, at once.
 		reads(t, "us", key, 0)
@@ -538,14 +545,7 @@ func TestRegionsExpiry(t *testing.T) {
 	})
 	t.Run("persist", func(t *testing.T) {
 		key := "exp:p"
-		incr(t, "eu", key, 1)
-		incr(t, "us", key, 2)
-		converge(t, key, 3, clients)
-		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
-		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
-			t.Fatal(err)
-		}
-		hasDeadline(t, "us", key, at)
+		at := expiring(t, key, 1, 2)
 		// A Persist in the other region removes the deadline everywhere.
 		if had, err := clients["us"].Persist(ctx, key); err != nil || !had {
 			t.Fatalf("us Persist = %v, %v; want true", had, err)
@@ -579,14 +579,7 @@ func TestRegionsExpiry(t *testing.T) {
 	})
 	t.Run("deadline passes during a partition", func(t *testing.T) {
 		key := "exp:b"
-		incr(t, "eu", key, 10)
-		incr(t, "us", key, 20)
-		converge(t, key, 30, clients)
-		at := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
-		if _, err := clients["eu"].Expire(ctx, key, at); err != nil {
-			t.Fatal(err)
-		}
-		hasDeadline(t, "us", key, at)
+		at := expiring(t, key, 10, 20)
 		w.isolate("us", true)
 		untilPast(at)
 		// Cut off, neither keeps serving the other's part.
