@@ -77,6 +77,23 @@ func (p podman) run(t *testing.T, ctx context.Context, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// start runs a container named name in the background with the run
+// arguments args, removes it (and its anonymous volumes) when the test
+// ends, and returns a function that reads its last log lines.
+func (p podman) start(t *testing.T, ctx context.Context, name string, args []string) (logs func() string) {
+	t.Helper()
+	p.run(t, ctx, append([]string{"run", "-d", "--name", name}, args...)...)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.cmd(ctx, "rm", "-f", "-v", name).Run()
+	})
+	return func() string {
+		out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
+		return lastLines(out, 20)
+	}
+}
+
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
@@ -211,16 +228,7 @@ func TestImage(t *testing.T) {
 		name := "hotcount-test-serve-k8s-" + id
 		secret := map[string]string{"token": token, "postgres-url": postgresURL(t)}
 		override := map[string]string{"HOTCOUNT_LISTEN": listen, "HOTCOUNT_REDIS": node.Addr}
-		p.run(t, ctx, append([]string{"run", "-d", "--name", name}, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override)...)...)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			p.cmd(ctx, "rm", "-f", "-v", name).Run()
-		})
-		logs := func() string {
-			out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
-			return lastLines(out, 20)
-		}
+		logs := p.start(t, ctx, name, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override))
 		base := "http://" + listen
 		waitHTTP(t, ctx, p, name, base+c.StartupProbe.HTTPGet.Path, "", logs)
 		waitHTTP(t, ctx, p, name, base+c.ReadinessProbe.HTTPGet.Path, "", logs)
@@ -268,16 +276,7 @@ func TestImage(t *testing.T) {
 				secret["postgres-url"] = postgresURL(t)
 			}
 			override := map[string]string{"HOTCOUNT_REDIS": node.Addr, "HOTCOUNT_ADMIN_LISTEN": admin, "HOTCOUNT_RESP_LISTEN": resp}
-			p.run(t, ctx, append([]string{"run", "-d", "--name", name}, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override)...)...)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				p.cmd(ctx, "rm", "-f", "-v", name).Run()
-			})
-			logs := func() string {
-				out, _ := p.cmd(ctx, "logs", name).CombinedOutput()
-				return lastLines(out, 20)
-			}
+			logs := p.start(t, ctx, name, asKubernetes(t, objs, pod, c, tag, t.TempDir(), secret, override))
 			waitHTTP(t, ctx, p, name, "http://"+admin+c.ReadinessProbe.HTTPGet.Path, "", logs)
 			if got, err := testenv.Do(ctx, resp, "INCRBY", "views:sidecar", "2"); err != nil || got != "2" {
 				t.Errorf("INCRBY through the proxy: %q, %v\n%s", got, err, logs())
