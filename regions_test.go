@@ -326,20 +326,26 @@ func TestRegionsClearDuringPartition(t *testing.T) {
 	converge(t, key, 1, clients)
 }
 
-// TestRegionsCacheEmptied: a region whose cache comes back empty gets its
-// own part back from its durable store (durable mode, as in one region)
-// and the peer's part back from the peer, with no manual step.
-func TestRegionsCacheEmptied(t *testing.T) {
-	w := newWorld(t, "eu", "us")
-	durableCfg := func(cfg *hotcount.Config) {
+// durableRegion configures a region's Client with a SQLite store of its
+// own (healer every heal; 0: the default) and a durable namespace "d:".
+func durableRegion(t *testing.T, heal time.Duration) func(*hotcount.Config) {
+	return func(cfg *hotcount.Config) {
 		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		cfg.Durability = hotcount.DurabilityConfig{Store: db, HealInterval: 200 * time.Millisecond}
+		cfg.Durability = hotcount.DurabilityConfig{Store: db, HealInterval: heal}
 		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "d:", Mode: hotcount.ModeDurable})
 	}
+}
+
+// TestRegionsCacheEmptied: a region whose cache comes back empty gets its
+// own part back from its durable store (durable mode, as in one region)
+// and the peer's part back from the peer, with no manual step.
+func TestRegionsCacheEmptied(t *testing.T) {
+	w := newWorld(t, "eu", "us")
+	durableCfg := durableRegion(t, 200*time.Millisecond)
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
 	ctx := context.Background()
 	key := "d:views:9"
@@ -737,15 +743,7 @@ func TestRegionsCollect(t *testing.T) {
 // count from zero.
 func TestRegionsExpiryDurable(t *testing.T) {
 	w := newWorld(t, "eu", "us")
-	durableCfg := func(cfg *hotcount.Config) {
-		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		cfg.Durability = hotcount.DurabilityConfig{Store: db}
-		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "d:", Mode: hotcount.ModeDurable})
-	}
+	durableCfg := durableRegion(t, 0)
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
 	ctx := context.Background()
 	key := "d:exp"

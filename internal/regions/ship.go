@@ -687,13 +687,20 @@ func (s *Service) runDeadlines() error {
 		sh := shardOf(k)
 		done[sh] = append(done[sh], k, strconv.FormatFloat(dues[i].score, 'f', -1, 64))
 	}
-	var calls []call
+	return s.markDone(ctx, done, dlKey, "deadlines")
+}
+
+// markDone takes the (key, score) pairs of done, grouped by shard, off the
+// schedules key(shard) (dlDoneScript: only an entry that still has that
+// score goes); what names the step in an error.
+func (s *Service) markDone(ctx context.Context, done map[int][]string, key func(int) string, what string) error {
+	calls := make([]call, 0, len(done))
 	for sh, args := range done {
-		calls = append(calls, call{s: dlDoneScript, keys: []string{dlKey(sh)}, args: args})
+		calls = append(calls, call{s: dlDoneScript, keys: []string{key(sh)}, args: args})
 	}
 	for _, r := range round(ctx, s.cfg.Local, nil, calls) {
 		if err := r.Error(); err != nil {
-			return fmt.Errorf("regions: deadlines: %w", err)
+			return fmt.Errorf("regions: %s: %w", what, err)
 		}
 	}
 	return nil
@@ -913,16 +920,7 @@ func (s *Service) collect() error {
 		sh := shardOf(k)
 		done[sh] = append(done[sh], k, strconv.FormatFloat(scores[i], 'f', -1, 64))
 	}
-	calls = calls[:0]
-	for sh, args := range done {
-		calls = append(calls, call{s: dlDoneScript, keys: []string{gcKey(sh)}, args: args})
-	}
-	for _, r := range round(ctx, s.cfg.Local, nil, calls) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("regions: collect: %w", err)
-		}
-	}
-	return nil
+	return s.markDone(ctx, done, gcKey, "collect")
 }
 
 // dead reports whether nothing in st counts toward the counter in region
