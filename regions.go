@@ -237,3 +237,7 @@ func (c *Client) onRestore(user func(Restore)) func(Restore) {
 		}
 	}
 }
+
+// ValidRegion reports whether name may name a region (Config.Region, a
+// peer's name): 1 to 64 letters, digits, '-' or '_'.
+func ValidRegion(name string) bool { return regions.ValidName(name) }

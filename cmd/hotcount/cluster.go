@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/internal/cgroup"
 	"github.com/hotcount/hotcount/internal/rediscluster"
 )
@@ -26,10 +28,13 @@ const clusterUsage = `Usage: hotcount cluster <up|down|status> [flags]
   up      start a local Redis Cluster of redis-server processes that keep
           running after this command; prints the seed addresses. With
           --node-cpu 10% each node runs under its own CPU quota (a cgroup),
-          so that nodes on one machine have a known, limited capacity
-  down    stop the cluster started in --dir and remove its CPU groups
-  status  show the nodes of the cluster in --dir and their CPU quotas
-          (exit 1 unless healthy)
+          so that nodes on one machine have a known, limited capacity.
+          With --regions eu,us one cluster per region, for a multi-region
+          demo: each in DIR/NAME, one line of seeds per region
+  down    stop the cluster (or the regions' clusters) started in --dir and
+          remove its CPU groups
+  status  show the nodes of the cluster (or of each region's) in --dir and
+          their CPU quotas (exit 1 unless healthy)
 
 Run 'hotcount cluster <subcommand> --help' for its flags.
 
@@ -37,6 +42,7 @@ Examples:
   hotcount cluster up --dir /tmp/hc --port 7100
   hotcount cluster status --dir /tmp/hc
   hotcount cluster down --dir /tmp/hc
+  hotcount cluster up --dir /tmp/rs --port 17100 --regions eu,us --replicas 0
 `
 
 // runCluster dispatches hotcount cluster up|down|status.
@@ -65,6 +71,7 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	primaries := fs.Int("primaries", 3, "number of primaries")
 	replicas := fs.Int("replicas", 1, "replicas per primary")
 	nodeCPU := fs.String("node-cpu", "", "CPU quota of each node as a share of one CPU, e.g. 10% (a cgroup per node; needs root or a delegated cgroup)")
+	regionList := fs.String("regions", "", "start one cluster per region, e.g. eu,us: each in DIR/NAME, the i-th (from 0) at port+i*100 when --port is set")
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -76,55 +83,167 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case *replicas < 0:
 		return usagef(stderr, "cluster up: --replicas must not be negative, got %d", *replicas)
 	}
+	names, err := parseRegionNames(*regionList)
+	if err != nil {
+		return usagef(stderr, "cluster up: --regions: %v", err)
+	}
 	n := *primaries * (1 + *replicas)
-	if *port < 0 || (*port > 0 && *port+n-1+10000 > 65535) {
-		return usagef(stderr, "cluster up: --port %d does not leave room for %d nodes and their bus ports (port+10000)", *port, n)
+	stride := regionPortStride(n)
+	last := *port + n - 1
+	if len(names) > 1 {
+		last += (len(names) - 1) * stride
+	}
+	if *port < 0 || (*port > 0 && last+10000 > 65535) {
+		return usagef(stderr, "cluster up: --port %d does not leave room for %d nodes and their bus ports (port+10000)", *port, n*max(1, len(names)))
 	}
 	var quota cgroup.Quota
-	var hier cgroup.Hierarchy
-	absDir, err := filepath.Abs(*dir)
-	if err != nil {
-		return failf(stderr, "cluster up: %v", err)
-	}
 	if *nodeCPU != "" {
 		if quota, err = cgroup.ParseCPU(*nodeCPU); err != nil {
 			return usagef(stderr, "cluster up: --node-cpu: %v", err)
 		}
-		if hier, err = prepareCaps(absDir); err != nil {
-			return failf(stderr, "cluster up: --node-cpu %s: %v", *nodeCPU, err)
+	}
+	up := clusterUp{primaries: *primaries, replicas: *replicas, nodeCPU: *nodeCPU, quota: quota}
+	ctx, cancel := context.WithTimeout(ctx, clusterUpTimeout*time.Duration(max(1, len(names))))
+	defer cancel()
+	if _, err := readRegionNames(*dir); err == nil {
+		return failf(stderr, "cluster up: regions are already running in %s (stop them with: hotcount cluster down --dir %s)", *dir, *dir)
+	}
+	if names == nil {
+		seeds, code := up.start(ctx, *dir, *port, "", stderr)
+		if code != exitOK {
+			return code
+		}
+		for _, s := range seeds {
+			fmt.Fprintln(stdout, s)
+		}
+		if *nodeCPU != "" {
+			fmt.Fprintf(stdout, "cpu: each node capped at %v of one CPU (%v)\n", quota, up.hier)
+		}
+		fmt.Fprintf(stdout, "seeds: %s\n", strings.Join(seeds, ","))
+		return exitOK
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return failf(stderr, "cluster up: %v", err)
+	}
+	all := make([][]string, len(names))
+	for i, name := range names {
+		p := 0
+		if *port > 0 {
+			p = *port + i*stride
+		}
+		seeds, code := up.start(ctx, filepath.Join(*dir, name), p, "region "+name+": ", stderr)
+		if code != exitOK {
+			// Stop the regions started before this one.
+			for _, done := range names[:i] {
+				sub := filepath.Join(*dir, done)
+				_ = rediscluster.Down(sub)
+				_, _ = removeCaps(sub)
+			}
+			return code
+		}
+		all[i] = seeds
+	}
+	if err := os.WriteFile(filepath.Join(*dir, regionsFile), []byte(strings.Join(names, "\n")+"\n"), 0o644); err != nil {
+		for _, name := range names {
+			_ = rediscluster.Down(filepath.Join(*dir, name))
+			_, _ = removeCaps(filepath.Join(*dir, name))
+		}
+		return failf(stderr, "cluster up: %v (the clusters were stopped)", err)
+	}
+	for i, name := range names {
+		fmt.Fprintf(stdout, "%s: %s\n", name, strings.Join(all[i], ","))
+	}
+	if *nodeCPU != "" {
+		fmt.Fprintf(stdout, "cpu: each node capped at %v of one CPU (%v)\n", quota, up.hier)
+	}
+	return exitOK
+}
+
+// clusterUp is what cluster up starts each cluster with.
+type clusterUp struct {
+	primaries, replicas int
+	nodeCPU             string
+	quota               cgroup.Quota
+	hier                cgroup.Hierarchy // set by start when nodeCPU is
+}
+
+// start starts one cluster in dir with its first node at port (0: free
+// ports) and returns its seeds, or the exit code after writing the error
+// (prefixed with what, e.g. "region eu: ") to stderr.
+func (u *clusterUp) start(ctx context.Context, dir string, port int, what string, stderr io.Writer) ([]string, int) {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, failf(stderr, "cluster up: %s%v", what, err)
+	}
+	if u.nodeCPU != "" {
+		if u.hier, err = prepareCaps(absDir); err != nil {
+			return nil, failf(stderr, "cluster up: %s--node-cpu %s: %v", what, u.nodeCPU, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, clusterUpTimeout)
-	defer cancel()
 	c, err := rediscluster.StartCluster(ctx, rediscluster.ClusterOptions{
-		Primaries: *primaries,
-		Replicas:  *replicas,
-		Dir:       *dir,
-		BasePort:  *port,
+		Primaries: u.primaries,
+		Replicas:  u.replicas,
+		Dir:       dir,
+		BasePort:  port,
 		Daemonize: true,
 	})
 	if errors.Is(err, rediscluster.ErrRunning) {
-		return failf(stderr, "cluster up: a cluster is already running in %s (stop it with: hotcount cluster down --dir %s)", *dir, *dir)
+		return nil, failf(stderr, "cluster up: %sa cluster is already running in %s (stop it with: hotcount cluster down --dir %s)", what, dir, dir)
 	}
 	if err != nil {
-		return failf(stderr, "cluster up: %v", err)
+		return nil, failf(stderr, "cluster up: %s%v", what, err)
 	}
-	if *nodeCPU != "" {
-		if err := capNodes(c, absDir, hier, *nodeCPU, quota); err != nil {
+	if u.nodeCPU != "" {
+		if err := capNodes(c, absDir, u.hier, u.nodeCPU, u.quota); err != nil {
 			downErr := rediscluster.Down(absDir)
 			_, rmErr := removeCaps(absDir)
-			return failf(stderr, "cluster up: --node-cpu %s: %v (the cluster was stopped%s)", *nodeCPU, err, cleanupNote(errors.Join(downErr, rmErr)))
+			return nil, failf(stderr, "cluster up: %s--node-cpu %s: %v (the cluster was stopped%s)", what, u.nodeCPU, err, cleanupNote(errors.Join(downErr, rmErr)))
 		}
 	}
-	seeds := c.Seeds()
-	for _, s := range seeds {
-		fmt.Fprintln(stdout, s)
+	return c.Seeds(), exitOK
+}
+
+// regionsFile lists, one per line, the regions that cluster up --regions
+// started in a directory (each a cluster in the subdirectory of its name).
+const regionsFile = "hotcount-regions"
+
+// regionPortStride is how far apart the regions' first ports are: 100,
+// or the next multiple of 100 that leaves room for n nodes.
+func regionPortStride(n int) int { return (n + 99) / 100 * 100 }
+
+// parseRegionNames splits --regions: nil for "", else 1 or more distinct
+// valid region names.
+func parseRegionNames(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
 	}
-	if *nodeCPU != "" {
-		fmt.Fprintf(stdout, "cpu: each node capped at %v of one CPU (%v)\n", quota, hier)
+	var names []string
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case !hotcount.ValidRegion(name):
+			return nil, fmt.Errorf("region name %q: 1-64 letters, digits, - or _", name)
+		case seen[name]:
+			return nil, fmt.Errorf("region %q named twice", name)
+		}
+		seen[name] = true
+		names = append(names, name)
 	}
-	fmt.Fprintf(stdout, "seeds: %s\n", strings.Join(seeds, ","))
-	return exitOK
+	return names, nil
+}
+
+// readRegionNames returns the regions cluster up --regions started in dir.
+func readRegionNames(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, regionsFile))
+	if err != nil {
+		return nil, err
+	}
+	names, err := parseRegionNames(strings.Join(strings.Fields(string(b)), ","))
+	if err != nil || len(names) == 0 {
+		return nil, fmt.Errorf("%s: not a list of regions (%v)", filepath.Join(dir, regionsFile), err)
+	}
+	return names, nil
 }
 
 // cleanupNote describes a failed clean-up for an error message.
@@ -143,6 +262,22 @@ func runClusterDown(_ context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *dir == "" {
 		return usagef(stderr, "cluster down: --dir must not be empty")
+	}
+	if names, err := readRegionNames(*dir); err == nil {
+		for _, name := range names {
+			sub := filepath.Join(*dir, name)
+			if err := rediscluster.Down(sub); err != nil && !errors.Is(err, rediscluster.ErrNoCluster) {
+				return failf(stderr, "cluster down: region %s: %v", name, err)
+			}
+			if _, err := removeCaps(sub); err != nil {
+				return failf(stderr, "cluster down: region %s: removing the CPU groups: %v", name, err)
+			}
+			fmt.Fprintf(stdout, "stopped the cluster of region %s in %s\n", name, sub)
+		}
+		if err := os.Remove(filepath.Join(*dir, regionsFile)); err != nil {
+			return failf(stderr, "cluster down: %v", err)
+		}
+		return exitOK
 	}
 	err := rediscluster.Down(*dir)
 	noCluster := errors.Is(err, rediscluster.ErrNoCluster)
@@ -185,24 +320,12 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterStatusTimeout)
 	defer cancel()
-	st, err := rediscluster.StatusReport(ctx, *dir)
-	if errors.Is(err, rediscluster.ErrNoCluster) {
-		return failf(stderr, "cluster status: no cluster in %s (start one with: hotcount cluster up --dir %s)", *dir, *dir)
+	if names, err := readRegionNames(*dir); err == nil {
+		return regionsStatus(ctx, *dir, names, *asJSON, stdout, stderr)
 	}
-	if err != nil {
-		return failf(stderr, "cluster status: %v", err)
-	}
-	caps, err := readCaps(*dir)
-	if err != nil {
-		return failf(stderr, "cluster status: %v", err)
-	}
-	out := clusterStatusJSON{ClusterStatus: st}
-	if caps != nil {
-		pids := map[string]int{}
-		for _, n := range st.Nodes {
-			pids[n.Addr] = n.PID
-		}
-		out.CPU = capStatus(caps, pids)
+	out, code := clusterStatusOf(ctx, *dir, stderr)
+	if out == nil {
+		return code
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -211,15 +334,76 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 			return failf(stderr, "cluster status: %v", err)
 		}
 	} else {
-		fmt.Fprint(stdout, st.Text())
-		if out.CPU != nil {
-			fmt.Fprint(stdout, out.CPU.text())
-		} else {
-			fmt.Fprintln(stdout, "cpu caps: none (started without --node-cpu)")
+		out.write(stdout)
+	}
+	return code
+}
+
+// regionsStatus is cluster status of the regions cluster up --regions
+// started in dir: each region's status in turn (--json: an object by
+// region name); exit 1 unless every region is healthy.
+func regionsStatus(ctx context.Context, dir string, names []string, asJSON bool, stdout, stderr io.Writer) int {
+	code := exitOK
+	all := map[string]*clusterStatusJSON{}
+	for _, name := range names {
+		out, c := clusterStatusOf(ctx, filepath.Join(dir, name), stderr)
+		if c != exitOK {
+			code = exitFailure
+		}
+		if out == nil {
+			continue
+		}
+		all[name] = out
+		if !asJSON {
+			fmt.Fprintf(stdout, "region %s:\n", name)
+			out.write(stdout)
 		}
 	}
-	if st.State != "ok" {
-		return exitFailure
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"regions": all}); err != nil {
+			return failf(stderr, "cluster status: %v", err)
+		}
 	}
-	return exitOK
+	return code
+}
+
+// write prints the status as text.
+func (out *clusterStatusJSON) write(w io.Writer) {
+	fmt.Fprint(w, out.Text())
+	if out.CPU != nil {
+		fmt.Fprint(w, out.CPU.text())
+	} else {
+		fmt.Fprintln(w, "cpu caps: none (started without --node-cpu)")
+	}
+}
+
+// clusterStatusOf reads the status of the cluster in dir, with its CPU
+// caps: nil and the exit code after writing the error to stderr, or the
+// status and exit 1 unless it is healthy.
+func clusterStatusOf(ctx context.Context, dir string, stderr io.Writer) (*clusterStatusJSON, int) {
+	st, err := rediscluster.StatusReport(ctx, dir)
+	if errors.Is(err, rediscluster.ErrNoCluster) {
+		return nil, failf(stderr, "cluster status: no cluster in %s (start one with: hotcount cluster up --dir %s)", dir, dir)
+	}
+	if err != nil {
+		return nil, failf(stderr, "cluster status: %v", err)
+	}
+	caps, err := readCaps(dir)
+	if err != nil {
+		return nil, failf(stderr, "cluster status: %v", err)
+	}
+	out := &clusterStatusJSON{ClusterStatus: st}
+	if caps != nil {
+		pids := map[string]int{}
+		for _, n := range st.Nodes {
+			pids[n.Addr] = n.PID
+		}
+		out.CPU = capStatus(caps, pids)
+	}
+	if st.State != "ok" {
+		return out, exitFailure
+	}
+	return out, exitOK
 }

@@ -106,6 +106,10 @@ func TestClusterBadUsage(t *testing.T) {
 		{"cluster", "up", "--node-cpu", "10"},
 		{"cluster", "up", "--node-cpu", "0%"},
 		{"cluster", "up", "--node-cpu", "lots%"},
+		{"cluster", "up", "--regions", "eu,eu"},
+		{"cluster", "up", "--regions", "eu,"},
+		{"cluster", "up", "--regions", "e u"},
+		{"cluster", "up", "--regions", "eu,us", "--port", "65000"},
 	} {
 		code, out, errOut := clusterCLI(t, ctx, args...)
 		if code != exitUsage {
@@ -188,5 +192,71 @@ func TestClusterCPUCaps(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, cpuCapsFile)); !os.IsNotExist(err) {
 		t.Errorf("%s still exists after down (%v)", cpuCapsFile, err)
+	}
+}
+
+// TestClusterUpRegions starts two regions' clusters with one command,
+// checks that each is its own healthy cluster on its own ports, that
+// status reports both and that down stops both.
+func TestClusterUpRegions(t *testing.T) {
+	if _, err := testenv.RedisServer(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "regions")
+	t.Cleanup(func() { testenv.Down(filepath.Join(dir, "eu")); testenv.Down(filepath.Join(dir, "us")) })
+
+	code, out, errOut := clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--regions", "eu,us", "--primaries", "1", "--replicas", "0")
+	if code != exitOK {
+		t.Fatalf("cluster up --regions: exit %d, stderr %q", code, errOut)
+	}
+	seeds := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, list, ok := strings.Cut(line, ": ")
+		if !ok {
+			t.Fatalf("cluster up --regions printed %q, want NAME: SEEDS lines", out)
+		}
+		seeds[name] = splitAddrs(list)
+	}
+	if len(seeds) != 2 || len(seeds["eu"]) != 1 || len(seeds["us"]) != 1 || seeds["eu"][0] == seeds["us"][0] {
+		t.Fatalf("cluster up --regions printed %q, want one seed for each of eu and us", out)
+	}
+	// Two clusters, not one: each node knows only itself.
+	for name, s := range seeds {
+		if r, err := testenv.Do(ctx, s[0], "CLUSTER", "INFO"); err != nil || !strings.Contains(r, "cluster_state:ok") || !strings.Contains(r, "cluster_known_nodes:1") {
+			t.Errorf("region %s: CLUSTER INFO = %q, %v", name, r, err)
+		}
+	}
+	code, _, errOut = clusterCLI(t, ctx, "cluster", "up", "--dir", dir, "--regions", "eu,us")
+	if code != exitFailure || !strings.Contains(errOut, "already running") {
+		t.Errorf("second cluster up --regions: exit %d, stderr %q; want 1 and 'already running'", code, errOut)
+	}
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir)
+	if code != exitOK || !strings.Contains(out, "region eu:") || !strings.Contains(out, "region us:") || strings.Count(out, "ok, 1 of 1 nodes up") != 2 {
+		t.Errorf("cluster status: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir, "--json")
+	var st struct {
+		Regions map[string]testenv.ClusterStatus `json:"regions"`
+	}
+	if code != exitOK {
+		t.Errorf("cluster status --json: exit %d, stderr %q", code, errOut)
+	} else if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Regions) != 2 || st.Regions["eu"].State != "ok" || st.Regions["us"].State != "ok" {
+		t.Errorf("cluster status --json = %q (%v)", out, err)
+	}
+
+	code, out, errOut = clusterCLI(t, ctx, "cluster", "down", "--dir", dir)
+	if code != exitOK || strings.Count(out, "stopped the cluster of region") != 2 {
+		t.Fatalf("cluster down: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for name, s := range seeds {
+		if _, err := testenv.Do(ctx, s[0], "PING"); err == nil {
+			t.Errorf("region %s: %s still answers after down", name, s[0])
+		}
+	}
+	code, _, errOut = clusterCLI(t, ctx, "cluster", "status", "--dir", dir)
+	if code != exitFailure || !strings.Contains(errOut, "no cluster") {
+		t.Errorf("status after down: exit %d, stderr %q", code, errOut)
 	}
 }
