@@ -98,6 +98,11 @@ type Config struct {
 	// ShipInterval is how often the counters that changed are shipped to
 	// the peers; 0 means DefaultShipInterval.
 	ShipInterval time.Duration
+	// RegionRetention is how long the region records of a counter cleared
+	// or expired in this region are kept before they are collected; 0
+	// means DefaultRegionRetention. A peer's record that arrives later
+	// than that after the end (a partition longer than it) counts again.
+	RegionRetention time.Duration
 	// Timeout bounds each round trip to the backend; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration

@@ -2,17 +2,7 @@ package hotcount
 
 import (
 	"context"
-	"time"
 )
-
-// SetRegionRetention sets how long a region keeps the records of a
-// counter it cleared or expired before collecting them, for the Clients
-// opened after it (for tests); it returns the previous value.
-func SetRegionRetention(d time.Duration) time.Duration {
-	old := regionRetention
-	regionRetention = d
-	return old
-}
 
 // RegionsCollected returns how many counters' region records c has
 // collected (for tests).

@@ -16,10 +16,10 @@ import (
 // changed to its peers (Config.ShipInterval).
 const DefaultShipInterval = regions.DefaultInterval
 
-// regionRetention is how long the region records of a counter cleared or
-// expired in this region are kept before they are collected (tests
-// shorten it).
-var regionRetention = regions.DefaultRetention
+// DefaultRegionRetention is how long the region records of a counter
+// cleared or expired in a region are kept before they are collected
+// (Config.RegionRetention).
+const DefaultRegionRetention = regions.DefaultRetention
 
 // RegionShare is one region's share of a global reading (Reading.Regions).
 type RegionShare = regions.Share
@@ -36,11 +36,11 @@ type PeerConfig struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error) `config:"code"`
 }
 
-// validateRegions checks Region, Peers and ShipInterval.
+// validateRegions checks Region, Peers, ShipInterval and RegionRetention.
 func (c Config) validateRegions() error {
 	if c.Region == "" {
-		if len(c.Peers) > 0 || c.ShipInterval != 0 {
-			return fmt.Errorf("%w: Peers and ShipInterval need Region", ErrConfig)
+		if len(c.Peers) > 0 || c.ShipInterval != 0 || c.RegionRetention != 0 {
+			return fmt.Errorf("%w: Peers, ShipInterval and RegionRetention need Region", ErrConfig)
 		}
 		return nil
 	}
@@ -49,6 +49,9 @@ func (c Config) validateRegions() error {
 	}
 	if c.ShipInterval < 0 {
 		return fmt.Errorf("%w: ShipInterval must not be negative, got %v", ErrConfig, c.ShipInterval)
+	}
+	if c.RegionRetention < 0 {
+		return fmt.Errorf("%w: RegionRetention must not be negative, got %v", ErrConfig, c.RegionRetention)
 	}
 	if len(c.Redis.Addrs) == 0 && c.Store == nil {
 		return fmt.Errorf("%w: Region needs a Redis cache (Redis.Addrs)", ErrConfig)
@@ -97,7 +100,7 @@ func (c *Client) startRegions() error {
 	var err error
 	c.reg, err = regions.New(regions.Config{
 		Region: s.Region, Local: lc.Client(), Peers: peers, Totals: c.regionTotals(), Durable: dr,
-		Retention: regionRetention,
+		Retention: s.RegionRetention,
 		Deadlines: c.eng.Deadlines, Expire: c.ownDeadline, Ended: c.regionEnded,
 		Expiring: func(key string) bool { return s.table.Lookup(key).TTL != 0 },
 		Interval: s.ShipInterval, Settle: settle, ReadTTL: s.Defaults.ReadCacheTTL, Timeout: s.Timeout, Clock: s.Clock,

@@ -451,6 +451,8 @@ func TestRegionsConfig(t *testing.T) {
 		{"peer without addresses", hotcount.Config{Redis: redis, Region: "eu", Peers: []hotcount.PeerConfig{{Name: "us"}}}, "no Redis addresses"},
 		{"bad peer address", hotcount.Config{Redis: redis, Region: "eu", Peers: []hotcount.PeerConfig{{Name: "us", Redis: hotcount.RedisConfig{Addrs: []string{"nohost"}}}}}, "nohost"},
 		{"negative ship interval", hotcount.Config{Redis: redis, Region: "eu", ShipInterval: -time.Second}, "ShipInterval"},
+		{"negative retention", hotcount.Config{Redis: redis, Region: "eu", RegionRetention: -time.Hour}, "RegionRetention"},
+		{"retention without region", hotcount.Config{Redis: redis, RegionRetention: time.Hour}, "need Region"},
 	} {
 		err := tc.cfg.Validate()
 		if !errors.Is(err, hotcount.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -635,7 +637,6 @@ func TestRegionsExpiry(t *testing.T) {
 // again afterwards counts from zero in every region, and one that lives
 // on keeps its records.
 func TestRegionsCollect(t *testing.T) {
-	defer hotcount.SetRegionRetention(hotcount.SetRegionRetention(time.Second))
 	w := newWorld(t, "eu", "us")
 	dbs := map[string]*sqlite.DB{}
 	withStore := func(name string) func(*hotcount.Config) {
@@ -647,6 +648,7 @@ func TestRegionsCollect(t *testing.T) {
 			t.Cleanup(func() { db.Close() })
 			dbs[name] = db
 			cfg.Durability = hotcount.DurabilityConfig{Store: db}
+			cfg.RegionRetention = time.Second
 		}
 	}
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", withStore("eu")), "us": w.client(t, "us", withStore("us"))}

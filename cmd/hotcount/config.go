@@ -210,11 +210,12 @@ type serveConfig struct {
 	RESPAnnounce string   `yaml:"resp_announce"`
 	RESPPeers    []string `yaml:"resp_peers"`
 
-	// Region, Peers and ShipInterval put the process in a region (see
-	// docs/regions.md).
-	Region       string        `yaml:"region"`
-	Peers        []peerConfig  `yaml:"peers"`
-	ShipInterval time.Duration `yaml:"ship_interval"`
+	// Region, Peers, ShipInterval and RegionRetention put the process in
+	// a region (see docs/regions.md).
+	Region          string        `yaml:"region"`
+	Peers           []peerConfig  `yaml:"peers"`
+	ShipInterval    time.Duration `yaml:"ship_interval"`
+	RegionRetention time.Duration `yaml:"region_retention"`
 
 	// Sources says where each setting came from: "flag", "env", "file" or
 	// "default"; for messages.

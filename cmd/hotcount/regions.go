@@ -11,6 +11,7 @@ const (
 	setRegion       = "region"
 	setPeers        = "peers"
 	setShipInterval = "ship_interval"
+	setRetention    = "region_retention"
 )
 
 // peerConfig is one entry of peers: another region's cache, with the same
@@ -72,7 +73,7 @@ func (c *serveConfig) resolvePeers() error {
 		c.peerConns = append(c.peerConns, hotcount.PeerConfig{Name: p.Name, Redis: rc})
 	}
 	// The library checks names, repeats and addresses.
-	probe := hotcount.Config{Redis: hotcount.RedisConfig{Addrs: c.Redis}, Region: c.Region, Peers: c.peerConns, ShipInterval: c.ShipInterval}
+	probe := hotcount.Config{Redis: hotcount.RedisConfig{Addrs: c.Redis}, Region: c.Region, Peers: c.peerConns, ShipInterval: c.ShipInterval, RegionRetention: c.RegionRetention}
 	if err := probe.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errInvalidConfig, err)
 	}

@@ -21,6 +21,7 @@ func TestRegionConfig(t *testing.T) {
 redis: ["10.0.1.1:7000"]
 region: eu
 ship_interval: 500ms
+region_retention: 48h
 peers:
   - {name: us, redis: ["10.0.2.1:7000"], username: hc, password_file: `+pass+`}
   - {name: ap, redis: ["10.0.3.1:7000", "10.0.3.2:7000"]}
@@ -30,8 +31,8 @@ peers:
 		t.Fatal(err)
 	}
 	hc := clientConfig(c, nil)
-	if hc.Region != "eu" || hc.ShipInterval != 500*time.Millisecond || len(hc.Peers) != 2 {
-		t.Fatalf("library config: region %q, ship %v, peers %+v", hc.Region, hc.ShipInterval, hc.Peers)
+	if hc.Region != "eu" || hc.ShipInterval != 500*time.Millisecond || hc.RegionRetention != 48*time.Hour || len(hc.Peers) != 2 {
+		t.Fatalf("library config: region %q, ship %v, retention %v, peers %+v", hc.Region, hc.ShipInterval, hc.RegionRetention, hc.Peers)
 	}
 	us := hc.Peers[0]
 	if us.Name != "us" || us.Redis.Addrs[0] != "10.0.2.1:7000" || us.Redis.Username != "hc" || us.Redis.Password != "s3cret" {

@@ -196,6 +196,8 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.Peers }},
 	{name: setShipInterval, typ: "duration", def: hotcount.DefaultShipInterval.String(), doc: "how often the counters that changed are shipped to the peers", cmds: cmdBoth, lib: "ShipInterval",
 		ptr: func(c *serveConfig) any { return &c.ShipInterval }},
+	{name: setRetention, typ: "duration", def: hotcount.DefaultRegionRetention.String(), doc: "how long the region records of a counter cleared or expired here are kept before they are collected (a peer's record that arrives later counts again)", cmds: cmdBoth, lib: "RegionRetention",
+		ptr: func(c *serveConfig) any { return &c.RegionRetention }},
 	// The library's other settings.
 	{name: "timeout", typ: "duration", def: hotcount.DefaultTimeout.String(), doc: "bound of every call to the cache", cmds: cmdBoth, lib: "Timeout",
 		ptr: func(c *serveConfig) any { return &c.Timeout }},

@@ -128,8 +128,9 @@ func TestEverySettingReachesTheLibrary(t *testing.T) {
 			if s.lib == "Durability.RollupAge" {
 				e[s.env()] = "20m" // past the library's lower bound
 			}
-			if s.lib == "Region" || s.lib == "ShipInterval" {
-				// Regions need Redis, and ship_interval a region.
+			if s.lib == "Region" || s.lib == "ShipInterval" || s.lib == "RegionRetention" {
+				// Regions need Redis, and ship_interval and
+				// region_retention a region.
 				e[envName(setRedis)] = "10.0.0.1:7000"
 				if s.lib == "Region" {
 					e[s.env()] = "eu"
