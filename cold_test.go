@@ -2,6 +2,7 @@ package hotcount_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,4 +136,85 @@ func TestColdToHotAndBack(t *testing.T) {
 		decisions = append(decisions, string(d.Action)+": "+d.Reason)
 	}
 	t.Logf("decisions: %q", decisions)
+}
+
+// lookUpStore counts metadata look-ups.
+type lookUpStore struct {
+	*mem.Store
+	lookUps atomic.Int64
+}
+
+func (s *lookUpStore) GetMeta(ctx context.Context, key string) ([]byte, bool, error) {
+	s.lookUps.Add(1)
+	return s.Store.GetMeta(ctx, key)
+}
+
+func (s *lookUpStore) GetMetas(ctx context.Context, keys []string) ([][]byte, error) {
+	s.lookUps.Add(1)
+	return s.Store.GetMetas(ctx, keys)
+}
+
+// TestColdIncrNoLookUp: the first increment of a cold counter checks its
+// record mark in the same round trip as its INCRBY and looks nothing up:
+// IncrValue (buffered namespace, the proxy's INCR) answers the exact
+// value, and Incr (unbuffered) starts no background look-up. A counter
+// sharded by another process has its mark: its IncrValue looks the labels
+// up and answers the estimate, and Incr looks them up in the background.
+func TestColdIncrNoLookUp(t *testing.T) {
+	ctx := context.Background()
+	st := &lookUpStore{Store: mustMem(t)}
+	c := newClient(t, st, hotcount.Config{
+		Defaults:   hotcount.Namespace{N: 4},
+		Namespaces: []hotcount.Namespace{{Prefix: "b:", N: 4, Buffered: true}},
+	})
+	other := newClient(t, st.Store, hotcount.Config{Defaults: hotcount.Namespace{N: 4}})
+	for i := range 20 {
+		bk, uk := fmt.Sprintf("b:%d", i), fmt.Sprintf("u:%d", i)
+		if v, exact, err := c.IncrValue(ctx, bk, 3); err != nil || v != 3 || !exact {
+			t.Fatalf("IncrValue(%s) = %d %v %v, want 3, exact", bk, v, exact, err)
+		}
+		if err := c.Incr(ctx, uk, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(ctx); err != nil { // waits for background look-ups
+		t.Fatal(err)
+	}
+	if n := st.lookUps.Load(); n != 0 {
+		t.Fatalf("cold increments made %d metadata look-ups, want 0", n)
+	}
+
+	c = newClient(t, st, hotcount.Config{
+		Defaults:   hotcount.Namespace{N: 4},
+		Namespaces: []hotcount.Namespace{{Prefix: "b:", N: 4, Buffered: true}},
+	})
+	for _, k := range []string{"b:sharded", "u:sharded"} {
+		if err := other.Incr(ctx, k, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Resize(ctx, k, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, exact, err := c.IncrValue(ctx, "b:sharded", 1); err != nil || exact {
+		t.Fatalf("IncrValue(b:sharded) = %d %v %v, want not exact", v, exact, err)
+	}
+	if n := st.lookUps.Load(); n == 0 {
+		t.Fatal("IncrValue of a sharded counter looked nothing up")
+	}
+	before := st.lookUps.Load()
+	if err := c.Incr(ctx, "u:sharded", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.lookUps.Load() == before {
+		t.Fatal("Incr of a sharded counter started no look-up")
+	}
+	for k, want := range map[string]int64{"b:sharded": 6, "u:sharded": 6} {
+		if r, err := other.GetFresh(ctx, k); err != nil || r.Value != want {
+			t.Fatalf("%s = %+v %v, want %d", k, r, err, want)
+		}
+	}
 }

@@ -112,6 +112,13 @@ func AuxKey(key, label, kind, id string) string {
 // slot.
 func SeqKey(key, label string) string { return SubKey(key, label) + ":seq" }
 
+// MarkKey returns the record mark of a counter: "{K#0}:rec", in the slot
+// of its cold sub-counter. It exists whenever the counter has a metadata
+// record (see package meta), so that an increment of the cold sub-counter
+// can tell, in the same round trip to the same node, whether the counter
+// is cold: no mark, no record.
+func MarkKey(key string) string { return SubKey(key, ColdLabel) + ":rec" }
+
 // MetaKey returns the key of a counter's metadata: "{K#meta}". It has its
 // own tag so it is placed like a sub-counter named "meta".
 func MetaKey(key string) string { return "{" + key + "#meta}" }

@@ -65,6 +65,34 @@
 // The protocol assumes a writer uses a label within TTL+Margin of the
 // Labels call that returned it (see Config.Margin).
 //
+// # Record marks
+//
+// A counter with a record also has a mark, keyspace.MarkKey(K) =
+// "{K#0}:rec", in the slot of its cold sub-counter, so that a writer can
+// check, in the same round trip as an INCRBY of "{K#0}" and on the same
+// node, whether the counter has a record at all: no mark, no record, so
+// the counter is cold, with no deadline (Manager.NoRecord caches it so).
+// The Manager keeps the invariant "a record has its mark" for its own
+// writes:
+//
+//   - the mark is written (SET, with the record's generation as value)
+//     before every compare-and-set that saves a record: creation, change,
+//     pin, and restore from the durable store;
+//   - it is deleted only after the record was deleted (a drop, a counter
+//     folded back to its cold sub-counter, a restore taken back), and
+//     only if it still holds the deleted record's value (one script), so
+//     a record written meanwhile by another process keeps its mark;
+//   - a record with a deadline has a mark that expires
+//     store.DeadlineGrace after the record;
+//   - every look-up that finds a record (fetch, ReadSets) sets its mark
+//     when it is missing (SET … NX): a record of a version before marks,
+//     or a mark lost with a node while the record survived, is marked
+//     again by the next look-up. Until then a writer takes the counter
+//     for cold (its increment goes to the cold sub-counter, which every
+//     reader sums).
+//
+// A mark without a record is harmless: it only costs a look-up.
+//
 // # Re-placement
 //
 // Slot migration can put two sub-counters on one primary. Collisions reports

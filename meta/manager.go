@@ -200,6 +200,8 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 		return nil, nil, fmt.Errorf("meta: read: %w", err)
 	}
 	var lost []int // indexes into miss without a record in the cache
+	var hk []string
+	var hm []Meta
 	for j, i := range miss {
 		if data[j] == nil {
 			lost = append(lost, j)
@@ -211,7 +213,9 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 		}
 		m.put(keys[i], mt, now)
 		read[i], found[i] = m.withCold(mt.Read), true
+		hk, hm = append(hk, keys[i]), append(hm, mt)
 	}
+	_ = m.heal(ctx, hk, hm) // best effort: the next look-up heals again
 	if len(lost) > 0 && m.cfg.Durable != nil {
 		lk := make([]string, len(lost))
 		for x, j := range lost {
@@ -292,7 +296,7 @@ func (m *Manager) load(ctx context.Context, key string, pin bool) (Meta, error) 
 		if err := m.firstDeadline(ctx, key, &mt); err != nil {
 			return Meta{}, err
 		}
-		ok, err := m.b.CASMeta(ctx, key, 0, mt.encode())
+		ok, err := m.save(ctx, key, 0, mt, mt.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: pin labels of %q: %w", key, err)
 		}
@@ -318,6 +322,7 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 		if err != nil {
 			return Meta{}, false, fmt.Errorf("meta: record of %q: %w", key, err)
 		}
+		_ = m.heal(ctx, []string{key}, []Meta{mt}) // best effort: the next look-up heals again
 		return mt, true, nil
 	}
 	if m.cfg.Durable != nil {
@@ -330,12 +335,12 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 			if err != nil {
 				return Meta{}, false, fmt.Errorf("meta: durable record of %q: %w", key, err)
 			}
-			ok, err := m.b.CASMeta(ctx, key, 0, data)
+			ok, err := m.save(ctx, key, 0, mt, data)
 			if err != nil {
 				return Meta{}, false, fmt.Errorf("meta: restore %q: %w", key, err)
 			}
 			if ok {
-				if err := m.unrestoreDropped(ctx, key, mt.Epoch); err != nil {
+				if err := m.unrestoreDropped(ctx, key, mt.Epoch, mt.Gen); err != nil {
 					return Meta{}, false, err
 				}
 			}
@@ -354,7 +359,7 @@ func (m *Manager) fetch(ctx context.Context, key string) (Meta, bool, error) {
 // unrestoreDropped takes back the record of epoch epoch that fetch just
 // restored to the cache when its durable copy is gone: a drop deleted it
 // (and then the cache's) after fetch read it.
-func (m *Manager) unrestoreDropped(ctx context.Context, key string, epoch uint64) error {
+func (m *Manager) unrestoreDropped(ctx context.Context, key string, epoch uint64, gen string) error {
 	data, err := m.cfg.Durable.LoadMeta(ctx, key)
 	if err != nil {
 		return fmt.Errorf("meta: load %q from the durable store: %w", key, err)
@@ -362,7 +367,7 @@ func (m *Manager) unrestoreDropped(ctx context.Context, key string, epoch uint64
 	if data != nil {
 		return nil
 	}
-	if _, err := m.b.CASMeta(ctx, key, epoch, nil); err != nil {
+	if _, err := m.unsave(ctx, key, epoch, gen); err != nil {
 		return fmt.Errorf("meta: take back the restored record of %q: %w", key, err)
 	}
 	return nil
@@ -501,7 +506,7 @@ func (m *Manager) update(ctx context.Context, key string, change func(*Meta) err
 				return Meta{}, err
 			}
 		}
-		ok, err := m.b.CASMeta(ctx, key, cur.Epoch, next.encode())
+		ok, err := m.save(ctx, key, cur.Epoch, next, next.encode())
 		if err != nil {
 			return Meta{}, fmt.Errorf("meta: write %q: %w", key, err)
 		}
@@ -580,7 +585,7 @@ func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
 			m.forgetDropped(key)
 			return false, err
 		}
-		ok, err := m.dropRecord(ctx, key, cur.Epoch)
+		ok, err := m.dropRecord(ctx, key, cur.Epoch, cur.Gen)
 		if err != nil {
 			return false, err
 		}
@@ -600,13 +605,13 @@ func (m *Manager) Drop(ctx context.Context, key string) (bool, error) {
 // record. ok is false, and the durable copy is gone, when the record
 // changed meanwhile: the caller reads it again, and mirrors it when it
 // keeps it.
-func (m *Manager) dropRecord(ctx context.Context, key string, epoch uint64) (ok bool, err error) {
+func (m *Manager) dropRecord(ctx context.Context, key string, epoch uint64, gen string) (ok bool, err error) {
 	if m.cfg.Durable != nil {
 		if err := m.cfg.Durable.DeleteMeta(ctx, key); err != nil {
 			return false, fmt.Errorf("meta: drop the durable record of %q: %w", key, err)
 		}
 	}
-	ok, err = m.b.CASMeta(ctx, key, epoch, nil)
+	ok, err = m.unsave(ctx, key, epoch, gen)
 	if err != nil {
 		return false, fmt.Errorf("meta: drop the record of %q: %w", key, err)
 	}

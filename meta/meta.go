@@ -137,6 +137,13 @@ type Backend interface {
 	FoldIn(ctx context.Context, key, label, foldID string, delta int64, expireAt time.Time) (applied bool, err error)
 	// Get reads keys; a missing key reads 0.
 	Get(ctx context.Context, keys []string) ([]int64, error)
+	// SetMarks writes the record marks of counters (keyspace.MarkKey),
+	// one pipelined round per node. With onlyNew a mark that exists
+	// already is left as it is (SET … NX).
+	SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error
+	// DelMark deletes the record mark of counter key if it holds v,
+	// atomically.
+	DelMark(ctx context.Context, key string, v int64) error
 }
 
 // Durable mirrors records in a durable store.

@@ -155,7 +155,7 @@ func (m *Manager) dropCold(ctx context.Context, key string) error {
 			return nil
 		}
 		tried = true
-		ok, err := m.dropRecord(ctx, key, cur.Epoch)
+		ok, err := m.dropRecord(ctx, key, cur.Epoch, cur.Gen)
 		if err != nil {
 			return err
 		}

@@ -32,12 +32,13 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 		return false, nil
 	}
 	var data []byte
+	var mt Meta
 	if m.cfg.Durable != nil {
 		if data, err = m.cfg.Durable.LoadMeta(ctx, key); err != nil {
 			return false, fmt.Errorf("meta: load %q from the durable store: %w", key, err)
 		}
 		if data != nil {
-			if _, err := decode(data); err != nil {
+			if mt, err = decode(data); err != nil {
 				return false, fmt.Errorf("meta: durable record of %q: %w", key, err)
 			}
 		}
@@ -48,8 +49,8 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 	if dryRun {
 		return true, nil
 	}
-	var mt Meta
-	if data == nil {
+	fresh := data == nil
+	if fresh {
 		ls := slices.Clone(labels)
 		slices.Sort(ls)
 		ls = slices.Compact(ls)
@@ -59,7 +60,7 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 		}
 		data = mt.encode()
 	}
-	ok, err := m.b.CASMeta(ctx, key, 0, data)
+	ok, err := m.save(ctx, key, 0, mt, data)
 	if err != nil {
 		return false, fmt.Errorf("meta: restore %q: %w", key, err)
 	}
@@ -67,7 +68,7 @@ func (m *Manager) RestoreRecord(ctx context.Context, key string, labels []string
 	if !ok {
 		return false, nil // another process wrote one first
 	}
-	if mt.Epoch != 0 {
+	if fresh {
 		if err := m.mirror(ctx, key, mt); err != nil {
 			return true, err
 		}

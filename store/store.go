@@ -127,6 +127,22 @@ type IncrOp struct {
 	ExpireAt time.Time
 }
 
+// Mark is the record mark of a counter (keyspace.MarkKey): a key in the
+// slot of its cold sub-counter that exists whenever the counter has a
+// metadata record (package meta keeps it so), so that an increment of the
+// cold sub-counter learns, in its own round trip, whether the counter is
+// cold.
+type Mark struct {
+	// Key is the counter key (not the mark's key).
+	Key string
+	// Value tells one record's mark from another's (a record's
+	// generation): a mark is deleted only if it holds the value of the
+	// record that was deleted.
+	Value int64
+	// ExpireAt is when the mark expires; zero means never.
+	ExpireAt time.Time
+}
+
 // DeadlineGrace is how long after a sharded counter's deadline the cache
 // keeps its sub-counters, and, twice as long, its metadata record: readers
 // take the counter as gone at the deadline, and the record outlives every

@@ -116,7 +116,10 @@ type Engine struct {
 	exp    expirer // nil when the store keeps no deadlines
 	// slotIncr is the store when it takes slots from the caller, or nil.
 	slotIncr slotIncrementer
-	naive    map[int][]string // label sets by N without metadata
+	// marks is the store when it checks record marks with an increment
+	// and keeps metadata, or nil.
+	marks marker
+	naive map[int][]string // label sets by N without metadata
 
 	labelsDownUntil atomic.Int64 // unix ns: until then WriteLabels fails fast
 
@@ -166,6 +169,7 @@ func New(cfg Config) (*Engine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
+		e.marks, _ = cfg.Store.(marker)
 	}
 	if err := e.startBuffers(); err != nil {
 		return nil, err

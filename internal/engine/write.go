@@ -63,8 +63,11 @@ func (e *Engine) Buffered() bool { return len(e.order) > 0 }
 
 // Incr sends delta to one sub-counter of key chosen at random: one INCRBY.
 // When the counter's labels are not cached, the increment goes to its cold
-// label (which every reader sums) and the labels are looked up in the
-// background, so a write never waits for a metadata round trip.
+// label (which every reader sums), so a write never waits for a metadata
+// round trip; with it goes, in the same round trip to the same node, the
+// check of the counter's record mark (keyspace.MarkKey): the labels are
+// looked up in the background only when the mark says the counter has a
+// record, and a counter without one is cached as cold.
 func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	if delta > store.MaxValue || delta < -store.MaxValue {
 		// Refused whatever the sub-counter picked holds, so that the
@@ -73,10 +76,15 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	}
 	now := e.cfg.Clock.Now()
 	w, dl, cached := e.cachedWriteSet(key, now)
+	checkMark := false
 	switch {
 	case cached:
 	case e.meta == nil:
 		w = writeSet{labels: e.naive[e.ns.Lookup(key).N]}
+	case e.marks != nil && e.coldStart(key):
+		// Not cached, cold start: the increment goes to the cold label
+		// with the check of the mark.
+		w, checkMark = writeSet{labels: coldOnly}, true
 	default:
 		// Not cached (a counter's first writes here): the look-up may
 		// keep the key.
@@ -111,7 +119,21 @@ func (e *Engine) Incr(ctx context.Context, key string, delta int64) error {
 	if w.slots != nil {
 		slot = int(w.slots[i])
 	}
-	v, err := e.incrBy(ctx, sub, slot, delta, at)
+	var v int64
+	var err error
+	if checkMark && !expired {
+		var marked bool
+		v, marked, err = e.marks.IncrByMarked(ctx, sub, keyspace.MarkKey(key), delta, at)
+		switch {
+		case err != nil:
+		case marked:
+			e.refresh(key)
+		default:
+			e.meta.NoRecord(strings.Clone(key), now)
+		}
+	} else {
+		v, err = e.incrBy(ctx, sub, slot, delta, at)
+	}
 	if err != nil {
 		return fmt.Errorf("incr %q: %w", strings.Clone(key), err)
 	}
@@ -223,6 +245,20 @@ func (e *Engine) startRefresh(key string) {
 	}()
 }
 
+// coldStart reports whether a counter of key without a record is cold
+// (one sub-counter, keyspace.ColdLabel, and no record until it grows).
+func (e *Engine) coldStart(key string) bool {
+	return !e.cfg.NaiveLabels && !e.ns.Lookup(key).NoColdStart
+}
+
+// marker is a store that checks a counter's record mark with an
+// increment of its cold sub-counter, in one round trip to one node.
+type marker interface {
+	// IncrByMarked reports whether the mark exists, then adds delta to
+	// sub (giving it the deadline at, when not zero, unless it has one).
+	IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (int64, bool, error)
+}
+
 // coldOnly is the write set of a counter whose labels are not known yet.
 var coldOnly = []string{keyspace.ColdLabel}
 
@@ -328,8 +364,12 @@ func (e *Engine) Clear(ctx context.Context, key string) error {
 // buffered here), so that the value is the counter's. ok is false, and
 // nothing is written, when the key is hot in the buffer (package buffer's
 // Direct), holds a buffered delta, is known to be sharded, or takes a
-// deadline: the caller then buffers it. The look-up of an uncached
-// counter's labels runs beside the INCRBY, so it adds no round trip.
+// deadline: the caller then buffers it. An uncached counter's INCRBY goes
+// with the check of its record mark (keyspace.MarkKey), in one round trip
+// to one node: without a mark the counter has no record, so it is cold
+// with no deadline and the value is exact, with no look-up; with one, its
+// labels are looked up after the INCRBY, as a store without marks does
+// beside it.
 func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, delta int64) (v int64, exact, ok bool, err error) {
 	b := e.bufs[n.FlushInterval]
 	if b == nil || e.meta == nil || n.Mode != ns.ModeFast || n.NoColdStart || n.TTL != 0 || e.cfg.NaiveLabels {
@@ -351,6 +391,9 @@ func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, de
 	}
 	k := strings.Clone(key)
 	sub := keyspace.SubKey(k, keyspace.ColdLabel)
+	if !cached && e.marks != nil {
+		return e.incrMarked(ctx, k, sub, delta)
+	}
 	var lookup chan error
 	if !cached && !e.closing.Load() {
 		lookup = make(chan error, 1)
@@ -376,11 +419,49 @@ func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, de
 	if err != nil {
 		return 0, false, true, fmt.Errorf("incr %q: %w", k, err)
 	}
+	if err := e.directDone(ctx, k, sub, v, delta); err != nil {
+		return 0, false, true, err
+	}
+	return v, cached && coldSet(read[0]), true, nil
+}
+
+// incrMarked is IncrDirect's write of an uncached counter k with the
+// check of its record mark.
+func (e *Engine) incrMarked(ctx context.Context, k, sub string, delta int64) (v int64, exact, ok bool, err error) {
+	at := e.cfg.Clock.Now() // before the mark is read
+	v, marked, err := e.marks.IncrByMarked(ctx, sub, keyspace.MarkKey(k), delta, time.Time{})
+	if err != nil {
+		return 0, false, true, fmt.Errorf("incr %q: %w", k, err)
+	}
+	if !marked {
+		// No mark, no record: cold, with no deadline, as a look-up
+		// would have found it when the mark was read.
+		e.meta.NoRecord(k, at)
+		exact = true
+	} else if !e.closing.Load() {
+		lctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+		lerr := e.meta.Refresh(lctx, k)
+		cancel()
+		if lerr == nil {
+			read, missing := e.meta.CachedReadSets([]string{k})
+			exact = len(missing) == 0 && coldSet(read[0])
+		}
+	}
+	if err := e.directDone(ctx, k, sub, v, delta); err != nil {
+		return 0, false, true, err
+	}
+	return v, exact, true, nil
+}
+
+// directDone ends IncrDirect's write of delta to k's cold sub-counter sub,
+// which answered v: an increment past the sub-counter bound is taken
+// back, and the write is observed.
+func (e *Engine) directDone(ctx context.Context, k, sub string, v, delta int64) error {
 	if v > store.MaxValue || v < -store.MaxValue {
 		if _, err := e.st.IncrBy(ctx, sub, -delta); err != nil {
-			return 0, false, true, fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", k, store.ErrUnavailable, delta, sub, err)
+			return fmt.Errorf("incr %q: %w: taking back %+d from %s failed: %w", k, store.ErrUnavailable, delta, sub, err)
 		}
-		return 0, false, true, fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", k, store.ErrOverflow, sub, int64(store.MaxValue))
+		return fmt.Errorf("incr %q: %w: %s would pass the sub-counter bound ±%d", k, store.ErrOverflow, sub, int64(store.MaxValue))
 	}
 	t, slot := e.topology(), uint16(0)
 	if t != nil {
@@ -388,7 +469,7 @@ func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, de
 	}
 	e.obs.incremented(k, t, slot, false, nil, 0)
 	e.cache.add(k, delta)
-	return v, cached && coldSet(read[0]), true, nil
+	return nil
 }
 
 // coldSet reports whether labels is the cold label alone.

@@ -230,3 +230,93 @@ func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int
 	}
 	return true, nil
 }
+
+// SetMarks writes the record marks of counters (keyspace.MarkKey) as
+// integer keys in the node of their cold sub-counter; with onlyNew a mark
+// that exists is left as it is. One round per node.
+func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	keys := make([]string, len(marks))
+	for i, m := range marks {
+		keys[i] = keyspace.MarkKey(m.Key)
+	}
+	now := s.now()
+	var seq uint64
+	for n, idx := range s.groups(keys) {
+		nd := s.nodes[n]
+		nd.rounds.Add(1)
+		nd.mu.Lock()
+		for _, i := range idx {
+			nd.cmds["set"]++
+			k := keys[i]
+			if _, ok := nd.live(k, now); ok && onlyNew {
+				continue
+			}
+			nd.ints[k] = marks[i].Value
+			delete(nd.exp, k)
+			if at := marks[i].ExpireAt; !at.IsZero() {
+				nd.exp[k] = at
+				nd.live(k, now)
+			}
+			seq = max(seq, nd.logKey(k))
+		}
+		nd.mu.Unlock()
+	}
+	return s.durable(seq)
+}
+
+// DelMark deletes the record mark of counter key if it holds v: one
+// atomic step under the node's lock.
+func (s *Store) DelMark(ctx context.Context, key string, v int64) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	k := keyspace.MarkKey(key)
+	nd := s.nodeOf(k)
+	nd.rounds.Add(1)
+	nd.mu.Lock()
+	nd.cmds["evalsha"]++
+	if cur, ok := nd.live(k, s.now()); !ok || cur != v {
+		nd.mu.Unlock()
+		return nil
+	}
+	delete(nd.ints, k)
+	delete(nd.exp, k)
+	seq := nd.logKey(k)
+	nd.mu.Unlock()
+	return s.durable(seq)
+}
+
+// IncrByMarked reports whether the record mark mark, in sub's node,
+// exists, and adds delta to the sub-counter sub (giving it the deadline
+// at, when not zero, unless it has one): one round.
+func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (int64, bool, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, false, err
+	}
+	nd := s.nodeOf(sub)
+	nd.rounds.Add(1)
+	nd.mu.Lock()
+	now := s.now()
+	nd.cmds["exists"]++
+	_, marked := nd.live(mark, now)
+	nd.cmds["incrby"]++
+	v, err := add(nd.value(sub, now), delta)
+	if err != nil {
+		nd.mu.Unlock()
+		return 0, false, err
+	}
+	nd.ints[sub] = v
+	if !at.IsZero() {
+		nd.cmds["pexpireat"]++
+		nd.expireNX(sub, at)
+	}
+	seq := nd.logKey(sub)
+	nd.mu.Unlock()
+	if err := s.durable(seq); err != nil {
+		return 0, false, err
+	}
+	return v, marked, nil
+}

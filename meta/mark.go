@@ -1,0 +1,86 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hotcount/hotcount/store"
+)
+
+// Record marks: see "Record marks" in the package documentation.
+
+// markValue is the value of the mark of a record of generation gen: a
+// number drawn from gen (1 for a record written before generations).
+func markValue(gen string) int64 {
+	g, err := strconv.ParseUint(gen, 16, 64)
+	if err != nil {
+		return 1
+	}
+	return int64(g&(1<<52-1)) + 1
+}
+
+// markFor returns the mark of key's record mt: it expires
+// store.DeadlineGrace after the record does (3×store.DeadlineGrace after
+// a deadline), so that it outlives the record.
+func markFor(key string, mt Meta) store.Mark {
+	mk := store.Mark{Key: key, Value: markValue(mt.Gen)}
+	if mt.Deadline != 0 {
+		mk.ExpireAt = time.UnixMilli(mt.Deadline).Add(3 * store.DeadlineGrace)
+	}
+	return mk
+}
+
+// save writes data, the encoding of mt, as key's record if its epoch is
+// epoch (CASMeta), after writing the record's mark: a record never exists
+// without its mark, as far as this process's writes go.
+func (m *Manager) save(ctx context.Context, key string, epoch uint64, mt Meta, data []byte) (bool, error) {
+	if err := m.b.SetMarks(ctx, []store.Mark{markFor(key, mt)}, false); err != nil {
+		return false, fmt.Errorf("mark: %w", err)
+	}
+	return m.b.CASMeta(ctx, key, epoch, data)
+}
+
+// unsave deletes key's record of epoch epoch and generation gen
+// (CASMeta with nil data) and then, if it was deleted, its mark, unless
+// the mark holds another record's value by then (a record written since,
+// whose writer marked it first). A mark left behind (the deletion failed)
+// is harmless: it costs a look-up.
+func (m *Manager) unsave(ctx context.Context, key string, epoch uint64, gen string) (bool, error) {
+	ok, err := m.b.CASMeta(ctx, key, epoch, nil)
+	if ok && err == nil {
+		_ = m.b.DelMark(ctx, key, markValue(gen))
+	}
+	return ok, err
+}
+
+// heal gives the records found by a look-up their marks where they have
+// none (SET … NX): a record written by a version without marks, or whose
+// mark a failover or a node that came back empty lost.
+func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	marks := make([]store.Mark, len(keys))
+	for i, k := range keys {
+		marks[i] = markFor(k, mts[i])
+	}
+	if err := m.b.SetMarks(ctx, marks, true); err != nil {
+		return fmt.Errorf("meta: mark records: %w", err)
+	}
+	return nil
+}
+
+// NoRecord caches the cold default labels of key, a counter of a
+// namespace with cold start whose mark a write found absent at at (taken
+// before the write was sent): it had no record then, exactly as a look-up
+// that found none would have learnt. Later writes within the TTL use it
+// with no round trip. It does nothing for counters without cold start,
+// with naive labels, or when the cache holds something newer.
+func (m *Manager) NoRecord(key string, at time.Time) {
+	if !m.cold(key) {
+		return
+	}
+	m.put(key, Meta{Write: coldSet, Read: coldSet}, at)
+}

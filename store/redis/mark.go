@@ -1,0 +1,119 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
+)
+
+// Record marks (keyspace.MarkKey): a plain string key in the slot of the
+// counter's cold sub-counter, so that the INCRBY of that sub-counter and
+// the EXISTS of the mark go to one node in one pipelined write.
+
+// delMarkScript deletes KEYS[1] if it holds ARGV[1]. Returns 1 if deleted.
+const delMarkScript = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`
+
+var delMark = newScript(delMarkScript)
+
+// SetMarks writes the record marks of counters (SET, with PXAT when a
+// mark expires, and NX with onlyNew), one pipelined round per node.
+func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	keys := make([]string, len(marks))
+	for i, m := range marks {
+		keys[i] = keyspace.MarkKey(m.Key)
+	}
+	res, err := s.run(ctx, batch{
+		n:   len(marks),
+		key: func(i int) string { return keys[i] },
+		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed {
+			v := strconv.FormatInt(marks[i].Value, 10)
+			switch at := marks[i].ExpireAt; {
+			case at.IsZero() && onlyNew:
+				return b.Set().Key(keys[i]).Value(v).Nx().Build()
+			case at.IsZero():
+				return b.Set().Key(keys[i]).Value(v).Build()
+			case onlyNew:
+				return b.Set().Key(keys[i]).Value(v).Nx().Pxat(at).Build()
+			default:
+				return b.Set().Key(keys[i]).Value(v).Pxat(at).Build()
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) { // NX that found the mark: nil
+			return fmt.Errorf("SET %q: %w", keys[i], s.mapErr(err))
+		}
+	}
+	return nil
+}
+
+// DelMark deletes the record mark of counter key if it holds v, in one
+// script.
+func (s *Store) DelMark(ctx context.Context, key string, v int64) error {
+	mk := keyspace.MarkKey(key)
+	r, err := s.eval(ctx, delMark, []string{mk}, strconv.FormatInt(v, 10))
+	if err != nil {
+		return err
+	}
+	if err := r.Error(); err != nil {
+		return fmt.Errorf("delete mark %q: %w", mk, s.mapErr(err))
+	}
+	return nil
+}
+
+// IncrByMarked adds delta to the sub-counter sub and reports whether the
+// record mark mark, which must be in sub's slot, existed just before:
+// EXISTS, then INCRBY (and PEXPIREAT … NX when at is not zero), pipelined
+// in one round trip to one node. An error of the EXISTS alone reports
+// marked true: the caller then looks the record up, as without a mark.
+func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (v int64, marked bool, err error) {
+	n := 2
+	if !at.IsZero() {
+		n = 3
+	}
+	ms := at.UnixMilli()
+	res, err := s.run(ctx, batch{
+		n:   n,
+		key: func(int) string { return sub },
+		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed {
+			switch i {
+			case 0:
+				return b.Exists().Key(mark).Build()
+			case 1:
+				return b.Incrby().Key(sub).Increment(delta).Build()
+			}
+			return b.Pexpireat().Key(sub).MillisecondsTimestamp(ms).Nx().Build()
+		},
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if v, err = res[1].AsInt64(); err != nil {
+		return 0, false, s.mapErr(err)
+	}
+	e, err := res[0].AsInt64()
+	marked = err != nil || e != 0
+	if n == 3 {
+		if err := res[2].Error(); err != nil {
+			return v, marked, fmt.Errorf("PEXPIREAT %q: %w", sub, s.mapErr(err))
+		}
+	}
+	return v, marked, nil
+}
