@@ -21,11 +21,11 @@ import (
 // loopback, 50 ms each way between them, default ship interval 1 s):
 // what a viral key costs the peer, what regions add to the local cost of
 // a long tail of cold counters, and the visibility lag. It runs for about
-// a minute and a half, so only with HOTCOUNT_REGIONS_MEASURE=1; its
+// two minutes, so only with HOTCOUNT_REGIONS_MEASURE=1; its
 // figures go to docs/benchmarks-log.md.
 func TestRegionsMeasure(t *testing.T) {
 	if os.Getenv("HOTCOUNT_REGIONS_MEASURE") == "" {
-		t.Skip("set HOTCOUNT_REGIONS_MEASURE=1 to measure regions (about 90 s)")
+		t.Skip("set HOTCOUNT_REGIONS_MEASURE=1 to measure regions (about 2 min)")
 	}
 	w := newWorld(t, "eu", "us")
 	def := func(cfg *hotcount.Config) {
@@ -216,15 +216,19 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 	}
 }
 
-// measureLag: while eu runs the long-tail load, an increment is made in
-// eu every 100 ms, and us reads the counter uncached until it sees it;
-// the lag is from the increment's acknowledgement to that read.
+// measureLag: while eu runs the mixed load of the long-tail benchmark (a
+// long tail of cold counters, 4 writers, and one viral buffered key at
+// about 40,000/s),
+// an increment is made in eu every 100 ms, and us reads the counter
+// uncached until it sees it; the lag is from the increment's
+// acknowledgement to that read.
 func measureLag(t *testing.T, eu, us *hotcount.Client) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var viral atomic.Int64
 	for range 4 {
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			for {
@@ -236,13 +240,37 @@ func measureLag(t *testing.T, eu, us *hotcount.Client) {
 				_ = eu.Incr(ctx, "tail:"+strconv.Itoa(rand.IntN(100000)), 1)
 			}
 		}()
+		// The viral key at about 40,000/s in all: 10 increments per
+		// millisecond per writer.
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				for range 10 {
+					if eu.Incr(ctx, "v:viral:mixed", 1) == nil {
+						viral.Add(1)
+					}
+				}
+			}
+		}()
 	}
-	defer func() { close(stop); wg.Wait() }()
+	began := time.Now()
+	defer func() {
+		close(stop)
+		wg.Wait()
+		t.Logf("the viral key took %.0f increments/s in eu meanwhile", float64(viral.Load())/time.Since(began).Seconds())
+	}()
 	for _, prefix := range []string{"lag:", "v:lag:"} {
 		var lags []time.Duration
 		var mu sync.Mutex
 		var pw sync.WaitGroup
-		for i := range 60 {
+		for i := range 150 {
 			key := fmt.Sprintf("%s%d", prefix, i)
 			if err := eu.Incr(ctx, key, 1); err != nil {
 				t.Fatal(err)
