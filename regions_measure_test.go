@@ -60,6 +60,60 @@ func calls(t *testing.T, cl *testenv.Cluster) (total int64, byCmd map[string]int
 	return total, byCmd
 }
 
+// commandTime sums the time (µs) each command took to run on a cluster's
+// primaries (INFO commandstats usec; a script's includes the commands it
+// ran), socket I/O not included.
+func commandTime(t *testing.T, cl *testenv.Cluster) map[string]int64 {
+	ps, err := cl.Primaries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, p := range ps {
+		s, err := testenv.Do(context.Background(), p, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseInt(v, 10, 64)
+					out[strings.TrimPrefix(name, "cmdstat_")] += x
+				}
+			}
+		}
+	}
+	return out
+}
+
+// socketReads sums total_reads_processed (INFO stats) over a cluster's
+// primaries: the reads of client sockets, one per batch of pipelined
+// commands that arrived together.
+func socketReads(t *testing.T, cl *testenv.Cluster) int64 {
+	ps, err := cl.Primaries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, p := range ps {
+		s, err := testenv.Do(context.Background(), p, "INFO", "stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				sum += x
+			}
+		}
+	}
+	return sum
+}
+
 // cacheCPU sums used_cpu_sys and used_cpu_user of a cluster's primaries.
 func cacheCPU(t *testing.T, cl *testenv.Cluster) float64 {
 	ps, err := cl.Primaries(context.Background())
@@ -157,6 +211,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 		time.Sleep(2 * time.Second)
 		idle := (cacheCPU(t, cl) - idle0) / time.Since(idleAt).Seconds()
 		c0, by0 := calls(t, cl)
+		reads0, us0 := socketReads(t, cl), commandTime(t, cl)
 		cpu0, cpuAt := cacheCPU(t, cl), time.Now()
 		var n atomic.Int64
 		var wg sync.WaitGroup
@@ -182,7 +237,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 		for c.Region() != "" {
 			left := 0
 			for s := range 16 {
-				v, err := cl.Do(ctx, "ZCARD", fmt.Sprintf("hotcount:rg:out:{hotcount-rg-%d}:us", s))
+				v, err := cl.Do(ctx, "XLEN", fmt.Sprintf("hotcount:rg:outlog:{hotcount-rg-%d}:us", s))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -197,6 +252,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 		shipped := time.Since(start) - el
 		time.Sleep(2 * time.Second)
 		c1, by := calls(t, cl)
+		reads1, us1 := socketReads(t, cl), commandTime(t, cl)
 		cpu1 := cacheCPU(t, cl)
 		net := cpu1 - cpu0 - idle*time.Since(cpuAt).Seconds()
 		var per []string
@@ -206,8 +262,19 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 			}
 		}
 		slices.Sort(per)
-		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands and %.1f µs of cache CPU per increment, %.1f µs less the idle cluster's (until 2 s after the outbox emptied, %.1f s after the run; per increment: %s)",
-			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()),
+		var spent []string
+		var run float64
+		for k, v := range us1 {
+			d := float64(v-us0[k]) / float64(n.Load())
+			run += d
+			if d >= 0.05 {
+				spent = append(spent, fmt.Sprintf("%s %.2f", k, d))
+			}
+		}
+		slices.Sort(spent)
+		t.Logf("long tail, %s: %.2f µs per increment running commands (%s)", name, run, strings.Join(spent, ", "))
+		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands, %.2f socket reads and %.1f µs of cache CPU per increment, %.1f µs less the idle cluster's (until 2 s after the outbox emptied, %.1f s after the run; per increment: %s)",
+			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), float64(reads1-reads0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()),
 			net*1e6/float64(n.Load()), shipped.Seconds(), strings.Join(per, ", "))
 	}
 	for range 3 {

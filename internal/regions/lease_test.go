@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -249,9 +250,10 @@ func TestApplyScript(t *testing.T) {
 	}
 }
 
-// TestOutboxKeepsReMarked: a counter marked again after it was taken stays
-// in the outbox for one more round, at its place in the queue; one marked
-// once leaves it.
+// TestOutboxKeepsReMarked: a counter marked again after it was taken is
+// shipped once more, by the round after; one marked once leaves the
+// outbox; what a round took and did not acknowledge is taken again, and
+// what it left for later comes after.
 func TestOutboxKeepsReMarked(t *testing.T) {
 	n := node(t)
 	c := client(t, n.Addr)
@@ -261,41 +263,71 @@ func TestOutboxKeepsReMarked(t *testing.T) {
 	for i := range boxes {
 		boxes[i] = boxKey("out", i, "us")
 	}
-	queued := func() []string {
-		taken, err := take(ctx, c, boxes, 100)
+	takeKeys := func() (map[string]*batch, []string) {
+		t.Helper()
+		taken, err := take(ctx, c, boxes, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var keys []string
-		for _, ms := range taken {
-			for _, m := range ms {
-				keys = append(keys, m.key)
-			}
+		for _, b := range taken {
+			keys = append(keys, b.keys...)
 		}
-		return keys
+		slices.Sort(keys)
+		return taken, keys
 	}
-	if err := mark(ctx, c, []string{"a", "b"}, box); err != nil {
-		t.Fatal(err)
+	do := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	taken, err := take(ctx, c, boxes, 100)
-	if err != nil {
-		t.Fatal(err)
+	all := func(string) bool { return true }
+	do(mark(ctx, c, []string{"a", "b"}, box))
+	if _, got := takeKeys(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("took %v, want [a b]", got)
 	}
-	if err := mark(ctx, c, []string{"a"}, box); err != nil { // while "shipping"
-		t.Fatal(err)
+	// Not acknowledged (the round failed): taken again, with "a" marked
+	// again meanwhile given once.
+	do(mark(ctx, c, []string{"a"}, box))
+	taken, got := takeKeys()
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("took %v again, want [a b]", got)
 	}
-	if err := ack(ctx, c, taken); err != nil {
-		t.Fatal(err)
+	do(mark(ctx, c, []string{"a"}, box)) // while "shipping"
+	do(ack(ctx, c, taken, all))
+	taken, got = takeKeys()
+	if !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after the ack the round took %v, want [a]", got)
 	}
-	if q := queued(); len(q) != 1 || q[0] != "a" {
-		t.Fatalf("after the ack the outbox holds %v, want [a]", q)
+	// Left for later (not ready): it comes back after the marks since.
+	do(mark(ctx, c, []string{"c"}, box))
+	do(ack(ctx, c, taken, func(k string) bool { return k != "a" }))
+	if taken, got = takeKeys(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("after an ack that left a, the round took %v, want [a c]", got)
 	}
-	taken, _ = take(ctx, c, boxes, 100)
-	if err := ack(ctx, c, taken); err != nil {
-		t.Fatal(err)
+	do(ack(ctx, c, taken, all))
+	if n, err := pending(ctx, c, boxes); err != nil || n != 0 {
+		t.Fatalf("after the last ack the outbox holds %d entries (%v), want none", n, err)
 	}
-	if q := queued(); len(q) != 0 {
-		t.Fatalf("after the second ack the outbox holds %v, want nothing", q)
+	// A round takes at most its limit of counters from a box; the rest
+	// waits for the next.
+	var many []string
+	for i := 0; len(many) < 3*entryKeys; i++ {
+		if k := "m" + strconv.Itoa(i); shardOf(k) == 0 {
+			many = append(many, k)
+		}
+	}
+	one := []string{boxKey("out", 0, "us")}
+	do(mark(ctx, c, many, func(int) []string { return one }))
+	first, err := take(ctx, c, one, entryKeys)
+	do(err)
+	if b := first[one[0]]; b == nil || len(b.keys) != entryKeys || !b.full {
+		t.Fatalf("a round of limit %d took %+v", entryKeys, b)
+	}
+	do(ack(ctx, c, first, all))
+	if n, err := pending(ctx, c, one); err != nil || n != 2 {
+		t.Fatalf("%d entries left (%v), want 2", n, err)
 	}
 }
 
@@ -320,13 +352,9 @@ func TestInboxEmptiedWithoutDurableStore(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		taken, err := take(ctx, c, boxes, 10)
+		left, err := pending(ctx, c, boxes)
 		if err != nil {
 			t.Fatal(err)
-		}
-		left := 0
-		for _, ms := range taken {
-			left += len(ms)
 		}
 		if left == 0 {
 			return

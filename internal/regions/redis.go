@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -39,16 +40,19 @@ func shardOf(key string) int {
 }
 
 // boxKey returns shard s of the outbox to peer (kind "out") or of the
-// inbox (kind "in", peer ""), and seqKey the counter its marks draw from.
+// inbox (kind "in", peer ""): a stream of marks, each entry the counters
+// one push marked (at most entryKeys of them, as fields with empty
+// values).
 func boxKey(kind string, s int, peer string) string {
-	return "hotcount:rg:" + kind + ":{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
+	return "hotcount:rg:" + kind + "log:{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
 }
 
-// againKey is the again-set of box: its counters marked again while
-// queued.
-func againKey(box string) string { return box + ":again" }
+// entryKeys is the most counters one entry of a box holds, and
+// takeEntries(limit) the entries a round takes, so that a round takes at
+// most limit counters per box.
+const entryKeys = 50
 
-func seqKey(s int) string { return "hotcount:rg:mark:{hotcount-rg-" + strconv.Itoa(s) + "}" }
+func takeEntries(limit int) int64 { return int64(max(1, limit/entryKeys)) }
 
 // seenKey is set in a peer's cache once origin has shipped everything it
 // has to it; a peer whose cache lost it gets everything again.
@@ -321,53 +325,20 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-// markScript adds the counters ARGV to every box of one shard: KEYS holds
-// pairs (box, its again-set) and last the shard's counter, whose next
-// value is the score of counters new to a box. A counter already in a box
-// keeps its score (its place in the queue, so that a counter marked over
-// and over is not starved by newer ones) and goes into the box's
-// again-set instead, so that ackScript keeps it for one more round.
-var markScript = newScript(`
-local s = redis.call('INCR', KEYS[#KEYS])
-for k = 1, #KEYS - 1, 2 do
-  for i = 1, #ARGV, 500 do
-    local batch = {}
-    for j = i, math.min(i + 499, #ARGV) do batch[#batch+1] = ARGV[j] end
-    local have = redis.call('ZMSCORE', KEYS[k], unpack(batch))
-    local add, again = {}, {}
-    for j = 1, #batch do
-      if have[j] then
-        again[#again+1] = batch[j]
-      else
-        add[#add+1] = s
-        add[#add+1] = batch[j]
-      end
-    end
-    if #add > 0 then redis.call('ZADD', KEYS[k], unpack(add)) end
-    if #again > 0 then redis.call('SADD', KEYS[k+1], unpack(again)) end
-  end
-end
-return s
-`)
-
-// ackScript takes the counters ARGV off box KEYS[1] after they were
-// shipped, except those marked again meanwhile (in the again-set
-// KEYS[2]), which stay for one more round: a few commands per 500
-// counters.
+// ackScript acknowledges the entries of box KEYS[1] up to the one before
+// stream ID ARGV[1] (XTRIM MINID), after a round shipped their counters,
+// and first adds the counters ARGV[2:] of those entries that the round
+// left for later as one new entry, at the end, in one step.
 var ackScript = newScript(`
-local n = 0
-for i = 1, #ARGV, 500 do
-  local batch = {}
-  for j = i, math.min(i + 499, #ARGV) do batch[#batch+1] = ARGV[j] end
-  local again = redis.call('SMISMEMBER', KEYS[2], unpack(batch))
-  local off, keep = {}, {}
-  for j = 1, #batch do
-    if again[j] == 1 then keep[#keep+1] = batch[j] else off[#off+1] = batch[j] end
+if #ARGV > 1 then
+  local fv = {}
+  for i = 2, #ARGV do
+    fv[#fv+1] = ARGV[i]
+    fv[#fv+1] = ''
   end
-  if #off > 0 then n = n + redis.call('ZREM', KEYS[1], unpack(off)) end
-  if #keep > 0 then redis.call('SREM', KEYS[2], unpack(keep)) end
+  redis.call('XADD', KEYS[1], '*', unpack(fv))
 end
-return n
+return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
 `)
 
 // hasKey is shard s of the set of the counters that have a region hash in
@@ -394,31 +365,44 @@ return 0
 // it moved reads it again the next round.
 func cseqKey(s int) string { return "hotcount:rg:cseq:{hotcount-rg-" + strconv.Itoa(s) + "}" }
 
-// marked is one counter taken from a box.
-type marked struct{ key string }
+// batch is what a round took from one box: its counters (each once) and
+// the ID of the last entry taken.
+type batch struct {
+	keys []string
+	last string
+	full bool // the box may hold more than the round took
+}
 
-// markCalls returns the script calls that add keys to the boxes named by
-// box(shard): one call per shard.
-func markCalls(keys []string, box func(shard int) []string) []call {
+// markCmds returns the commands that add keys to the boxes named by
+// box(shard): one XADD per box and entryKeys counters.
+func markCmds(c rueidis.Client, keys []string, box func(shard int) []string) rueidis.Commands {
 	byShard := make(map[int][]string)
 	for _, k := range keys {
 		s := shardOf(k)
 		byShard[s] = append(byShard[s], k)
 	}
-	calls := make([]call, 0, len(byShard))
+	var cmds rueidis.Commands
 	for s, ks := range byShard {
-		var keys []string
 		for _, b := range box(s) {
-			keys = append(keys, b, againKey(b))
+			for i := 0; i < len(ks); i += entryKeys {
+				fv := c.B().Xadd().Key(b).Id("*").FieldValue()
+				for _, k := range ks[i:min(i+entryKeys, len(ks))] {
+					fv = fv.FieldValue(k, "")
+				}
+				cmds = append(cmds, fv.Build())
+			}
 		}
-		calls = append(calls, call{s: markScript, keys: append(keys, seqKey(s)), args: ks})
 	}
-	return calls
+	return cmds
 }
 
 // mark adds keys to the boxes named by box(shard) in c, in one round.
 func mark(ctx context.Context, c rueidis.Client, keys []string, box func(shard int) []string) error {
-	for _, r := range round(ctx, c, nil, markCalls(keys, box)) {
+	cmds := markCmds(c, keys, box)
+	if len(cmds) == 0 {
+		return nil
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("regions: mark: %w", err)
 		}
@@ -426,38 +410,68 @@ func mark(ctx context.Context, c rueidis.Client, keys []string, box func(shard i
 	return nil
 }
 
-// take reads up to limit counters from each of the boxes, the longest
-// queued first, in one pipelined round.
-func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map[string][]marked, error) {
+// take reads the oldest entries of each of the boxes, up to limit
+// counters per box, in one pipelined round; it changes nothing (ack
+// does), so a round that fails, or whose process dies, leaves them to
+// the next.
+func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map[string]*batch, error) {
+	n := takeEntries(limit)
 	cmds := make(rueidis.Commands, len(boxes))
 	for i, b := range boxes {
-		cmds[i] = c.B().Zrange().Key(b).Min("0").Max(strconv.Itoa(limit - 1)).Build()
+		cmds[i] = c.B().Xrange().Key(b).Start("-").End("+").Count(n).Build()
 	}
-	out := make(map[string][]marked)
+	out := make(map[string]*batch)
 	for i, r := range c.DoMulti(ctx, cmds...) {
-		arr, err := r.AsStrSlice()
+		es, err := r.AsXRange()
 		if err != nil {
 			return nil, fmt.Errorf("regions: take %s: %w", boxes[i], err)
 		}
-		for _, k := range arr {
-			out[boxes[i]] = append(out[boxes[i]], marked{key: k})
+		if len(es) == 0 {
+			continue
 		}
+		b := &batch{last: es[len(es)-1].ID, full: int64(len(es)) >= n}
+		seen := make(map[string]bool)
+		for _, e := range es {
+			for k := range e.FieldValues {
+				if !seen[k] {
+					seen[k] = true
+					b.keys = append(b.keys, k)
+				}
+			}
+		}
+		out[boxes[i]] = b
 	}
 	return out, nil
 }
 
-// ack takes the counters of ms off their boxes, in one pipelined round.
-func ack(ctx context.Context, c rueidis.Client, ms map[string][]marked) error {
-	var calls []call
-	for box, list := range ms {
-		if len(list) == 0 {
-			continue
+// after returns the stream ID just after id ("ms-seq").
+func after(id string) (string, error) {
+	ms, seq, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || err != nil {
+		return "", fmt.Errorf("regions: stream ID %q", id)
+	}
+	return ms + "-" + strconv.FormatUint(n+1, 10), nil
+}
+
+// ack acknowledges what a round took from each box (taken), once
+// shipped: the entries go, and the counters of them that keep reports
+// false for are added again at the end, in one step per box and one
+// pipelined round.
+func ack(ctx context.Context, c rueidis.Client, taken map[string]*batch, keep func(key string) bool) error {
+	calls := make([]call, 0, len(taken))
+	for box, b := range taken {
+		next, err := after(b.last)
+		if err != nil {
+			return err
 		}
-		args := make([]string, 0, len(list))
-		for _, m := range list {
-			args = append(args, m.key)
+		args := []string{next}
+		for _, k := range b.keys {
+			if !keep(k) {
+				args = append(args, k)
+			}
 		}
-		calls = append(calls, call{s: ackScript, keys: []string{box, againKey(box)}, args: args})
+		calls = append(calls, call{s: ackScript, keys: []string{box}, args: args})
 	}
 	for _, r := range round(ctx, c, nil, calls) {
 		if err := r.Error(); err != nil {
@@ -465,6 +479,23 @@ func ack(ctx context.Context, c rueidis.Client, ms map[string][]marked) error {
 		}
 	}
 	return nil
+}
+
+// pending counts the entries left in the boxes, in one round.
+func pending(ctx context.Context, c rueidis.Client, boxes []string) (int64, error) {
+	cmds := make(rueidis.Commands, len(boxes))
+	for i, b := range boxes {
+		cmds[i] = c.B().Xlen().Key(b).Build()
+	}
+	var n int64
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		m, err := r.AsInt64()
+		if err != nil {
+			return 0, fmt.Errorf("regions: pending: %w", err)
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // readHashes returns the region hashes of keys (empty maps for counters

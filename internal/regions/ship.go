@@ -181,11 +181,9 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		return 0, 0, err
 	}
 	var keys []string
-	for _, ms := range taken {
-		for _, m := range ms {
-			keys = append(keys, m.key)
-		}
-		l.more = l.more || len(ms) >= s.cfg.Batch
+	for _, b := range taken {
+		keys = append(keys, b.keys...)
+		l.more = l.more || b.full
 	}
 	if len(keys) == 0 {
 		err := l.client.Do(ctx, l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()).Error()
@@ -233,7 +231,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	// One round to the peer: whether it knows this region, the records,
 	// its inbox (its lease holder keeps what arrived in its durable
 	// store) and its deadline schedule.
-	calls = append(calls, markCalls(shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
+	hints = append(hints, markCmds(l.client, shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
 	byShard := make(map[int][]string)
 	for _, k := range shippedKeys {
 		byShard[shardOf(k)] = append(byShard[shardOf(k)], k)
@@ -272,16 +270,9 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	} else if err != nil {
 		return 0, 0, err
 	}
-	for box, ms := range taken {
-		kept := ms[:0]
-		for _, m := range ms {
-			if ready[m.key] {
-				kept = append(kept, m)
-			}
-		}
-		taken[box] = kept
-	}
-	if err := ack(ctx, s.cfg.Local, taken); err != nil {
+	// Acknowledged: the counters shipped; the others go to the end of
+	// the outbox.
+	if err := ack(ctx, s.cfg.Local, taken, func(k string) bool { return ready[k] }); err != nil {
 		return n, size, err
 	}
 	if s.cfg.Durable != nil {
@@ -714,10 +705,8 @@ func (s *Service) drainInbox(boxes []string) error {
 		return err
 	}
 	var keys []string
-	for _, ms := range taken {
-		for _, m := range ms {
-			keys = append(keys, m.key)
-		}
+	for _, b := range taken {
+		keys = append(keys, b.keys...)
 	}
 	if len(keys) == 0 {
 		return nil
@@ -728,27 +717,18 @@ func (s *Service) drainInbox(boxes []string) error {
 	}
 	// A counter whose hash is still empty was marked in the same round
 	// as its records, which a node that did not know the receiving
-	// script yet ran in a second round: it is drained at the next round
-	// (and acknowledged then even if still empty: its hash was
-	// collected).
+	// script yet ran in a second round: it goes back into the inbox, to
+	// be drained again (and acknowledged then even if still empty: its
+	// hash was collected).
 	wait := make(map[string]bool)
 	for i, k := range keys {
-		if len(hashes[i]) == 0 && !s.emptyOnce[k] {
+		switch {
+		case len(hashes[i]) == 0 && !s.emptyOnce[k]:
 			wait[k] = true
+			s.emptyOnce[k] = true
+		default:
+			delete(s.emptyOnce, k)
 		}
-	}
-	clear(s.emptyOnce)
-	for k := range wait {
-		s.emptyOnce[k] = true
-	}
-	for box, ms := range taken {
-		kept := ms[:0]
-		for _, m := range ms {
-			if !wait[m.key] {
-				kept = append(kept, m)
-			}
-		}
-		taken[box] = kept
 	}
 	var parts []durable.RegionPart
 	now := s.cfg.Clock.Now()
@@ -771,7 +751,7 @@ func (s *Service) drainInbox(boxes []string) error {
 			return err
 		}
 	}
-	return ack(ctx, s.cfg.Local, taken)
+	return ack(ctx, s.cfg.Local, taken, func(k string) bool { return !wait[k] })
 }
 
 // checkAlive ships every counter of the region again when the region's
