@@ -38,26 +38,42 @@
 // With Rate 0 each instance's Workers goroutines increment as fast as they
 // can (closed loop: a slower cache makes a slower generator). With Rate R
 // the load is open-loop: a dispatcher schedules increment k at start + k/R
-// and hands it, round robin, to an instance's queue, from which that
-// instance's Workers issue it. The schedule does not wait for the cache,
-// so when the cache cannot keep up the queues grow and the time from an
-// increment's scheduled start to its acknowledgement (its latency, which
-// includes the wait in the queue) grows with them; a queue that is full
-// (maxBacklog) drops the increment, counted as dropped. Achieved is the
-// increments acknowledged within the window, per second; what was still
-// queued at the end is counted as unserved. Unbuffered open-loop runs use
-// enough workers that the generator, not the cache, is rarely the queue
-// (openInFlight callers over all instances, unless Workers says otherwise).
+// and hands it, round robin, to an instance's queue; the instance issues
+// each increment of its queue in a call of its own, with at most Workers
+// calls in flight. The schedule does not wait for the cache, so when the
+// cache cannot keep up the queues grow and the time from an increment's
+// scheduled start to its acknowledgement (its latency, which includes the
+// wait in the queue) grows with them; a queue that is full (maxBacklog)
+// drops the increment, counted as dropped. Achieved is the increments
+// acknowledged within the window, per second; what was still queued at
+// the end is counted as unserved, what was in flight and acknowledged
+// after it as late (sent, not achieved).
+//
+// Unbuffered open-loop runs bound the calls in flight (unless Workers
+// says otherwise) by openInFlight over all instances on one node, and on
+// a key spread over several nodes by enough to carry the offered rate
+// with every call taking openCallBudget, up to openInFlight per node. A
+// node capped by a CPU quota answers a call when its next CFS period
+// begins, up to a period later (333 ms at 0.3% of a CPU), so by Little's
+// law its callers bound what it serves: a fixed 2,048 callers left each
+// of the 8 nodes of a sharded key 256 of them, about one batch of 256 per
+// period, short of what the nodes could serve. Each run reports the
+// wait for a caller (an increment waits in its queue only while every
+// call of its instance is out) apart from the call itself, and the CPU
+// that the bench process, the whole machine and each node used during the
+// windows, so a shortfall shows where it arose: in the generator (a long
+// wait for a caller, or its own CPU), in the nodes (their CPU at their
+// quota, the call's latency growing), or at the window's edge (late).
 //
 // # Calibration and utilisation
 //
 // With Calibrate set (and Redis seeds), Run first measures one node's
 // single-key ceiling with the bench's own client and the same open-loop
-// generator the paced runs use: Procs instances in single mode, with the
-// open-loop worker count, are offered 1,000 increments per second for a
-// step of Calibrate/3 (at least 100 ms), then twice the rate at each step,
-// until two steps in a row neither keep up (serve 95% of the offered rate)
-// nor raise the most achieved by 10%, or 12 steps have run. A step's
+// generator the paced runs use: Procs instances in single mode, with
+// openInFlight calls in flight over all of them, are offered 1,000
+// increments per second for a step of Calibrate/3 (at least 100 ms), then
+// twice the rate at each step, until two steps in a row neither keep up
+// (serve 95% of the offered rate) nor raise the most achieved by 10%, or 12 steps have run. A step's
 // achieved rate is its increments acknowledged over the time from its
 // start to the last acknowledgement. A capped node serves more commands
 // per slice of CPU under a deeper backlog, so the ramp goes on past the
@@ -101,6 +117,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,17 +166,28 @@ const (
 	DefaultReadEvery = 20 * time.Millisecond
 	// MaxProcs bounds Procs.
 	MaxProcs = 10_000
-	// MaxWorkers bounds Workers.
-	MaxWorkers = 256
+	// MaxWorkers bounds Workers, and the calls one instance has in
+	// flight in an open-loop run (they are goroutines started as the
+	// increments fall due, not a standing pool).
+	MaxWorkers = 1 << 14
 	// DefaultCalibrate is the command line's Calibrate: each step of the
 	// calibration drives one node for a third of it (the library's zero
 	// Calibrate skips it).
 	DefaultCalibrate = 3 * time.Second
-	// openInFlight is the number of unbuffered callers an open-loop run or
-	// a calibration spreads over the instances when Workers is 0. A capped
-	// node is throttled for most of each CFS period; callers must be many
-	// enough to keep a backlog at every node across that pause.
+	// openInFlight is the number of unbuffered calls in flight, over all
+	// instances, of a calibration or of an open-loop run on one node,
+	// when Workers is 0. A capped node is throttled for most of each CFS
+	// period; callers must be many enough to keep a backlog at the node
+	// across that pause.
 	openInFlight = 2048
+	// openCallBudget sizes the callers of an open-loop run on a key
+	// spread over several nodes: enough (Little's law) to carry the
+	// offered rate with every call taking this long, at least
+	// openInFlight and at most openInFlight per node. A call to a capped
+	// node waits up to the rest of its CFS period (333 ms at 0.3% of a
+	// CPU); with a fixed openInFlight, 2,048 callers carried at most
+	// about 2,048 / 0.17 s, 12,000/s, however many nodes could serve more.
+	openCallBudget = 500 * time.Millisecond
 	// maxBacklog bounds the queue of scheduled increments of one instance.
 	maxBacklog = 1 << 16
 	// minSegment is the shortest load window of one round.
@@ -215,10 +243,12 @@ type Config struct {
 	// Rounds is how many rounds the modes alternate in; 0 means 1 for one
 	// mode and DefaultCompareRounds for several.
 	Rounds int
-	// Workers is the number of goroutines per instance; 0 means 1 for
+	// Workers is the number of goroutines per instance (in open-loop
+	// runs, the most calls one instance has in flight); 0 means 1 for
 	// buffered modes, and for unbuffered ones DefaultWorkers, or in
 	// open-loop runs and the calibration enough for openInFlight callers
-	// over all instances.
+	// over all instances, more on a key spread over several nodes (see
+	// the package documentation).
 	Workers int
 	// ReadEvery is the read sampler's period; 0 means DefaultReadEvery.
 	ReadEvery time.Duration
@@ -428,26 +458,33 @@ func (c Config) validate(now time.Time) (settings, error) {
 	return s, nil
 }
 
-// workers returns the goroutines per instance for mode m.
-func (s *settings) workers(m Mode) int {
+// workers returns the goroutines per instance for mode m, or in an
+// open-loop run the most calls one instance has in flight, on a key whose
+// sub-counters lie on nodes primaries.
+func (s *settings) workers(m Mode, nodes int) int {
 	switch {
 	case s.Workers > 0:
 		return s.Workers
 	case m.buffered():
 		return 1
 	case s.Rate > 0:
-		return s.openWorkers()
+		return s.openWorkers(nodes)
 	}
 	return DefaultWorkers
 }
 
-// openWorkers returns the unbuffered workers per instance of an open-loop
-// run or a calibration: openInFlight callers over all instances.
-func (s *settings) openWorkers() int {
+// openWorkers returns the most unbuffered calls one instance has in
+// flight in an open-loop run or a calibration on a key spread over nodes
+// primaries (see openInFlight and openCallBudget).
+func (s *settings) openWorkers(nodes int) int {
 	if s.Workers > 0 {
 		return s.Workers
 	}
-	return min(MaxWorkers, max(DefaultWorkers, (openInFlight+s.Procs-1)/s.Procs))
+	total := openInFlight
+	if nodes > 1 {
+		total = max(total, min(int(math.Ceil(s.Rate*openCallBudget.Seconds())), openInFlight*nodes))
+	}
+	return min(MaxWorkers, max(DefaultWorkers, (total+s.Procs-1)/s.Procs))
 }
 
 // runKey returns the key written by run v.

@@ -186,7 +186,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
 	node := topo.NodeOf(subs[0])
-	cal := &Calibration{Node: node, Key: key, Procs: s.Procs, Workers: s.openWorkers()}
+	cal := &Calibration{Node: node, Key: key, Procs: s.Procs, Workers: s.openWorkers(1)}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 		defer cancel()

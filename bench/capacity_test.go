@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -94,21 +95,112 @@ func TestValidateSweep(t *testing.T) {
 	}
 }
 
+// TestOpenWorkers checks the open-loop callers: openInFlight over all
+// instances on one node (single mode, the calibration), and on a key
+// spread over several nodes enough to carry the offered rate at
+// openCallBudget per call, up to openInFlight per node.
 func TestOpenWorkers(t *testing.T) {
-	for _, tc := range []struct{ procs, workers, want int }{
-		{1, 0, MaxWorkers},
-		{8, 0, openInFlight / 8},
-		{100, 0, (openInFlight + 99) / 100},
-		{10_000, 0, DefaultWorkers},
-		{8, 3, 3},
+	budget := openCallBudget.Seconds()
+	for _, tc := range []struct {
+		procs, workers, nodes int
+		rate                  float64
+		want                  int
+	}{
+		{1, 0, 1, 1, openInFlight},
+		{8, 0, 1, 1, openInFlight / 8},
+		{8, 0, 1, 1e9, openInFlight / 8},
+		{8, 0, 0, 1e9, openInFlight / 8},
+		{8, 0, 8, 1, openInFlight / 8},
+		{8, 0, 8, 15_000, int(15_000*budget+7) / 8},
+		{8, 0, 8, 1e9, openInFlight},
+		{8, 0, 2, 1e9, 2 * openInFlight / 8},
+		{100, 0, 1, 1, (openInFlight + 99) / 100},
+		{1, 0, 16, 1e9, MaxWorkers},
+		{10_000, 0, 1, 1, DefaultWorkers},
+		{8, 3, 8, 1e9, 3},
 	} {
-		s := settings{Config: Config{Procs: tc.procs, Workers: tc.workers, Rate: 1}}
-		if got := s.openWorkers(); got != tc.want {
-			t.Errorf("procs %d workers %d: %d open workers, want %d", tc.procs, tc.workers, got, tc.want)
+		s := settings{Config: Config{Procs: tc.procs, Workers: tc.workers, Rate: tc.rate}}
+		if got := s.openWorkers(tc.nodes); got != tc.want {
+			t.Errorf("procs %d workers %d nodes %d rate %v: %d open workers, want %d", tc.procs, tc.workers, tc.nodes, tc.rate, got, tc.want)
 		}
-		if got := s.workers(Sharded); got != tc.want {
-			t.Errorf("procs %d workers %d: paced sharded has %d workers, want %d", tc.procs, tc.workers, got, tc.want)
+		if got := s.workers(Sharded, tc.nodes); got != tc.want {
+			t.Errorf("procs %d workers %d nodes %d rate %v: paced sharded has %d workers, want %d", tc.procs, tc.workers, tc.nodes, tc.rate, got, tc.want)
 		}
+	}
+	s := settings{Config: Config{Procs: 8}}
+	if got := s.workers(Sharded, 8); got != DefaultWorkers {
+		t.Errorf("unpaced sharded has %d workers, want %d", got, DefaultWorkers)
+	}
+}
+
+// TestServeBoundsInFlight checks that an open-loop instance issues each
+// queued increment in a call of its own, with at most inFlight calls out
+// at once, and that an increment waits in the queue only while they are.
+func TestServeBoundsInFlight(t *testing.T) {
+	const inFlight, total = 3, 10
+	var in instance
+	q := make(chan time.Duration, total)
+	for k := range total {
+		q <- time.Duration(k)
+	}
+	close(q)
+	start := time.Now()
+	end := start.Add(time.Hour)
+	entered := make(chan time.Duration, total)
+	release := make(chan struct{})
+	var out, most atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.serve(t.Context(), q, start, end, inFlight, func(at time.Duration, _ time.Time) {
+			n := out.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			entered <- at
+			<-release
+			out.Add(-1)
+		})
+	}()
+	// The first inFlight calls start without any returning.
+	seen := map[time.Duration]bool{}
+	for range inFlight {
+		seen[<-entered] = true
+	}
+	select {
+	case at := <-entered:
+		t.Fatalf("increment %v issued while %d calls were out", at, inFlight)
+	default:
+	}
+	// Each call that returns lets one more start.
+	for len(seen) < total {
+		release <- struct{}{}
+		seen[<-entered] = true
+	}
+	close(release)
+	<-done
+	if most.Load() != inFlight {
+		t.Errorf("at most %d calls out at once, want %d", most.Load(), inFlight)
+	}
+	if in.unserved.Load() != 0 || in.wait.latency().Samples != total {
+		t.Errorf("%d unserved, %d waits recorded; want 0 and %d", in.unserved.Load(), in.wait.latency().Samples, total)
+	}
+}
+
+// TestServeAfterEnd checks that increments still queued when the window
+// has ended are counted as unserved and never issued.
+func TestServeAfterEnd(t *testing.T) {
+	var in instance
+	q := make(chan time.Duration, 5)
+	for k := range 5 {
+		q <- time.Duration(k)
+	}
+	close(q)
+	end := time.Now()
+	in.serve(t.Context(), q, end.Add(-time.Second), end, 2, func(time.Duration, time.Time) {
+		t.Error("an increment was issued after the window")
+	})
+	if in.unserved.Load() != 5 || in.wait.latency().Samples != 0 {
+		t.Errorf("%d unserved, %d issued; want 5 and 0", in.unserved.Load(), in.wait.latency().Samples)
 	}
 }
 

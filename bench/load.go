@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,8 @@ type instance struct {
 	unserved atomic.Int64 // scheduled but still queued when the window ended
 	last     atomic.Value // error: the last Incr error
 	lat      hist         // scheduled (or actual) start to acknowledgement
+	wait     hist         // open-loop: scheduled start to a worker taking it
+	call     hist         // open-loop: a worker taking it to its acknowledgement
 }
 
 // openInstances opens p clients of cfg concurrently. On error the ones
@@ -86,8 +89,9 @@ const latencyEvery = 16
 
 // drive increments key from every instance for window: open-loop at rate
 // increments per second in total, or closed-loop as fast as they can when
-// rate is 0, with w workers per instance. It returns the time from the
-// start until the last increment returned.
+// rate is 0, with w workers per instance (open-loop: at most w calls of
+// an instance in flight). It returns the time from the start until the
+// last increment returned.
 func drive(ctx context.Context, ins []*instance, key string, rate float64, window time.Duration, w int) time.Duration {
 	start := time.Now()
 	end := start.Add(window)
@@ -104,9 +108,11 @@ func drive(ctx context.Context, ins []*instance, key string, rate float64, windo
 	queues := make([]chan time.Duration, len(ins))
 	for i, in := range ins {
 		queues[i] = make(chan time.Duration, maxBacklog)
-		for range w {
-			wg.Go(func() { in.serve(ctx, key, queues[i], start, end) })
-		}
+		wg.Go(func() {
+			in.serve(ctx, queues[i], start, end, w, func(at time.Duration, taken time.Time) {
+				in.issue(ctx, key, start.Add(at), taken, end)
+			})
+		})
 	}
 	dispatch(ctx, ins, queues, rate, start, end)
 	for _, q := range queues {
@@ -144,16 +150,41 @@ func dispatch(ctx context.Context, ins []*instance, queues []chan time.Duration,
 	}
 }
 
-// serve is one open-loop worker: it issues the increments of its
-// instance's queue, each timed from its scheduled start, until the queue
-// is closed. Increments still queued after end are counted as unserved.
-func (in *instance) serve(ctx context.Context, key string, q <-chan time.Duration, start, end time.Time) {
+// serve issues the increments of its instance's queue until the queue
+// is closed, each in a goroutine of its own, with at most inFlight of
+// them out at once: an increment waits in the queue only while inFlight
+// calls are in flight. issue makes the call of the increment scheduled at
+// at, taken from the queue at taken. Increments taken after end (or once
+// ctx is done) are not issued but counted as unserved.
+func (in *instance) serve(ctx context.Context, q <-chan time.Duration, start, end time.Time, inFlight int, issue func(at time.Duration, taken time.Time)) {
+	slots := make(chan struct{}, max(inFlight, 1))
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for at := range q {
 		if ctx.Err() != nil || !time.Now().Before(end) {
 			in.unserved.Add(1)
 			continue
 		}
-		in.incr(ctx, key, start.Add(at), end)
+		slots <- struct{}{} // waits while inFlight calls are out
+		now := time.Now()
+		if ctx.Err() != nil || !now.Before(end) {
+			<-slots
+			in.unserved.Add(1)
+			continue
+		}
+		in.wait.add(now.Sub(start.Add(at)))
+		wg.Go(func() {
+			defer func() { <-slots }()
+			issue(at, now)
+		})
+	}
+}
+
+// issue makes one open-loop call: the increment scheduled at start, taken
+// from the queue at taken.
+func (in *instance) issue(ctx context.Context, key string, start, taken, end time.Time) {
+	if done, ok := in.incr(ctx, key, start, end); ok {
+		in.call.add(done.Sub(taken))
 	}
 }
 
@@ -179,20 +210,22 @@ func (in *instance) closedLoop(ctx context.Context, key string, end time.Time) {
 	}
 }
 
-// incr increments key once and records its latency from start.
-func (in *instance) incr(ctx context.Context, key string, start, end time.Time) {
+// incr increments key once and records its latency from start. It
+// returns when the increment was acknowledged, and whether it was.
+func (in *instance) incr(ctx context.Context, key string, start, end time.Time) (time.Time, bool) {
 	err := in.c.Incr(ctx, key, 1)
 	done := time.Now()
 	if err != nil {
 		in.errors.Add(1)
 		in.last.Store(err)
-		return
+		return done, false
 	}
 	in.sent.Add(1)
 	if !done.After(end) {
 		in.achieved.Add(1)
 	}
 	in.lat.add(done.Sub(start))
+	return done, true
 }
 
 // tally is what the instances of a window achieved together.
@@ -226,6 +259,16 @@ func latencies(ins []*instance) *hist {
 	return h
 }
 
+// waits merges the instances' queue-wait and call histograms.
+func waits(ins []*instance) (wait, call *hist) {
+	wait, call = new(hist), new(hist)
+	for _, in := range ins {
+		wait.merge(&in.wait)
+		call.merge(&in.call)
+	}
+	return wait, call
+}
+
 // watch calls f about four times a second with the window's progress,
 // until stop is closed.
 func watch(ins []*instance, window time.Duration, stop <-chan struct{}, f func(elapsed time.Duration, sent int64)) {
@@ -248,8 +291,12 @@ type round struct {
 	base, total    int64 // the key's value before and after the round
 	tally                // what the instances achieved
 	lat            *hist // latency of the increments
+	wait, call     *hist // their wait for a worker, and the call itself (open-loop)
 	elapsed        time.Duration
-	window, drain  map[string]int64 // writes by node
+	workers        int                // goroutines per instance (open-loop: calls in flight)
+	cpu            cpuUse             // the generator's and the machine's CPU over the window
+	nodeCPU        map[string]float64 // each primary's CPU over the window, in CPUs
+	window, drain  map[string]int64   // writes by node
 	reads          readSamples
 	labelsByNode   map[string]int
 	closeErr       error
@@ -325,10 +372,16 @@ func runRound(ctx context.Context, s *settings, b backend, v variant, base int64
 			})
 		})
 	}
-	out.elapsed = drive(ctx, ins, key, s.Rate, s.segment, s.workers(m))
+	node0 := nodeCPUs(ctx, b, out.primaries)
+	cpu0 := sampleCPU()
+	out.workers = s.workers(m, len(out.labelsByNode))
+	out.elapsed = drive(ctx, ins, key, s.Rate, s.segment, out.workers)
+	out.cpu = cpuBetween(cpu0, sampleCPU(), runtime.NumCPU())
+	out.nodeCPU = nodeCPUsSince(ctx, b, node0)
 	close(stop)
 	bg.Wait()
 	out.tally, out.lat = sum(ins), latencies(ins)
+	out.wait, out.call = waits(ins)
 
 	// The counters are read with a fresh context: a cancelled run still
 	// drains and reports what it did.
@@ -384,6 +437,43 @@ func writesBetween(b backend, from, to map[string]calls) map[string]int64 {
 	out := make(map[string]int64, len(to))
 	for n, c := range to {
 		out[n] = b.writes(c.minus(from[n]))
+	}
+	return out
+}
+
+// nodeCPU is a node's CPU time (INFO cpu) and when it was read.
+type nodeCPU struct {
+	seconds float64
+	at      time.Time
+}
+
+// nodeCPUs reads the CPU time of each node; nodes that do not answer, and
+// every node of the embedded store, are left out.
+func nodeCPUs(ctx context.Context, b backend, nodes []string) map[string]nodeCPU {
+	out := make(map[string]nodeCPU, len(nodes))
+	for _, n := range nodes {
+		if s, err := b.cpuSeconds(ctx, n); err == nil {
+			out[n] = nodeCPU{s, time.Now()}
+		}
+	}
+	return out
+}
+
+// nodeCPUsSince returns the CPU each node of before has used since, in
+// CPUs over the time between the two readings.
+func nodeCPUsSince(ctx context.Context, b backend, before map[string]nodeCPU) map[string]float64 {
+	if len(before) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkTimeout)
+	defer cancel()
+	out := make(map[string]float64, len(before))
+	for n, c0 := range before {
+		if s1, err := b.cpuSeconds(cctx, n); err == nil {
+			if d := time.Since(c0.at).Seconds(); d > 0 {
+				out[n] = (s1 - c0.seconds) / d
+			}
+		}
 	}
 	return out
 }

@@ -37,7 +37,9 @@ type Report struct {
 type Result struct {
 	// Label names the run: the mode, followed by " n=N" in a sweep.
 	Label string `json:"label"`
-	// Mode, N, Procs, Workers and TargetRate (0: unpaced) describe the load.
+	// Mode, N, Procs, Workers and TargetRate (0: unpaced) describe the
+	// load; open-loop, Workers is the most calls one instance had in
+	// flight at once.
 	Mode       Mode    `json:"mode"`
 	N          int     `json:"n"`
 	Procs      int     `json:"procs"`
@@ -69,10 +71,32 @@ type Result struct {
 	// Unserved those still queued when a window ended. Neither was sent.
 	Dropped  int64 `json:"dropped"`
 	Unserved int64 `json:"unserved"`
+	// Late counts increments acknowledged after their window ended:
+	// sent (in Sent and the total) but not achieved.
+	Late int64 `json:"late"`
 	// Latency is the time from each increment's scheduled start (its
 	// actual start when unpaced) to its acknowledgement; open-loop, it
 	// includes the wait in the queue.
 	Latency Latency `json:"latency"`
+	// QueueWait is, open-loop, the time from each increment's scheduled
+	// start until a worker took it from its instance's queue: it waits
+	// there only while every worker of the instance is busy, so a long
+	// wait means the generator's callers, not the cache, held it up.
+	QueueWait Latency `json:"queue_wait"`
+	// Call is, open-loop, the time from a worker taking an increment to
+	// its acknowledgement: the cache's (and the client's) part of Latency.
+	Call Latency `json:"call"`
+	// GeneratorCPU is the CPU this process (every instance, the
+	// dispatcher and the read sampler) used during the load windows, in
+	// CPUs; MachineCPU is what the whole machine used, of CPUs. Both are
+	// 0 where they cannot be read.
+	GeneratorCPU float64 `json:"generator_cpu"`
+	MachineCPU   float64 `json:"machine_cpu"`
+	CPUs         int     `json:"cpus"`
+	// NodeCPU is each primary's CPU during the windows (INFO cpu), in
+	// CPUs; MaxNodeCPU the largest. Empty on the embedded store.
+	NodeCPU    map[string]float64 `json:"node_cpu,omitempty"`
+	MaxNodeCPU float64            `json:"max_node_cpu,omitempty"`
 	// CacheWrites counts write commands received by the primaries during
 	// the load windows and the closes that followed; DrainWrites is the
 	// part sent by the closes.
@@ -132,15 +156,28 @@ type Ratio struct {
 func aggregate(s *settings, v variant, rs []*round, cal *Calibration) Result {
 	m := v.mode
 	run := Result{
-		Label: s.label(v), Mode: m, N: v.n, Procs: s.Procs, Workers: s.workers(m), TargetRate: s.Rate,
+		Label: s.label(v), Mode: m, N: v.n, Procs: s.Procs, Workers: rs[len(rs)-1].workers, TargetRate: s.Rate,
 		OfferedPerSec: s.Rate, Exact: true, WritesByNode: map[string]int64{},
 	}
 	var elapsed time.Duration
 	var windowWrites, achieved int64
 	windowByNode := map[string]int64{}
 	var reads readSamples
-	lat := new(hist)
+	lat, wait, call := new(hist), new(hist), new(hist)
+	var genCPU, machineCPU float64 // CPU seconds over the windows
+	nodeCPU := map[string]float64{}
 	for _, r := range rs {
+		secs := r.elapsed.Seconds()
+		genCPU += r.cpu.generator * secs
+		machineCPU += r.cpu.machine * secs
+		run.CPUs = max(run.CPUs, r.cpu.cpus)
+		for n, c := range r.nodeCPU {
+			nodeCPU[n] += c * secs
+		}
+		if r.wait != nil {
+			wait.merge(r.wait)
+			call.merge(r.call)
+		}
 		run.Key = r.key
 		run.Sent += r.sent
 		run.Errors += r.failed
@@ -184,6 +221,20 @@ func aggregate(s *settings, v variant, rs []*round, cal *Calibration) Result {
 	if window > 0 {
 		run.AchievedPerSec = float64(achieved) / window
 	}
+
+	run.Late = run.Sent - achieved
+	if run.Seconds > 0 {
+		run.GeneratorCPU = genCPU / run.Seconds
+		run.MachineCPU = machineCPU / run.Seconds
+		for n, c := range nodeCPU {
+			if run.NodeCPU == nil {
+				run.NodeCPU = map[string]float64{}
+			}
+			run.NodeCPU[n] = c / run.Seconds
+			run.MaxNodeCPU = max(run.MaxNodeCPU, c/run.Seconds)
+		}
+	}
+	run.QueueWait, run.Call = wait.latency(), call.latency()
 	if s.Rate > 0 {
 		run.Achieved = div(run.AchievedPerSec, s.Rate)
 	}
@@ -324,8 +375,14 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, " (%d sent by Close)", run.DrainWrites)
 		}
 		fmt.Fprintln(w)
-		if run.Dropped > 0 || run.Unserved > 0 {
-			fmt.Fprintf(w, "%s: %d increments dropped (queue full), %d still queued at the end of a window\n", run.label(), run.Dropped, run.Unserved)
+		if run.Dropped > 0 || run.Unserved > 0 || run.Late > 0 {
+			fmt.Fprintf(w, "%s: %d increments dropped (queue full), %d still queued at the end of a window (not sent), %d acknowledged after it (sent, not achieved)\n", run.label(), run.Dropped, run.Unserved, run.Late)
+		}
+		if run.QueueWait.Samples > 0 {
+			fmt.Fprintf(w, "%s: wait for a worker p50/p99 %s ms (%d×%d callers), then the call %s ms\n", run.label(), lat(run.QueueWait), run.Procs, run.Workers, lat(run.Call))
+		}
+		if c := cpuLine(run); c != "" {
+			fmt.Fprintf(w, "%s: %s\n", run.label(), c)
 		}
 		for _, p := range run.Problems {
 			fmt.Fprintf(w, "%s: %s\n", run.label(), p)
@@ -397,4 +454,24 @@ func nodeList(m map[string]int64, rate, util map[string]float64) string {
 		return "(none)"
 	}
 	return strings.Join(parts, " ")
+}
+
+// cpuLine describes where a run's CPU went: the generator's, the
+// machine's and the busiest node's; "" when none was measured.
+func cpuLine(run Result) string {
+	var parts []string
+	if run.GeneratorCPU > 0 {
+		parts = append(parts, fmt.Sprintf("generator CPU %.2f", run.GeneratorCPU))
+	}
+	if run.CPUs > 0 {
+		parts = append(parts, fmt.Sprintf("machine busy %.2f of %d CPUs", run.MachineCPU, run.CPUs))
+	}
+	if len(run.NodeCPU) > 0 {
+		lo := run.MaxNodeCPU
+		for _, c := range run.NodeCPU {
+			lo = min(lo, c)
+		}
+		parts = append(parts, fmt.Sprintf("nodes' CPU %.2f%%–%.2f%% of one CPU each", 100*lo, 100*run.MaxNodeCPU))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -93,8 +94,8 @@ func TestValidate(t *testing.T) {
 		s.Rounds != 1 || s.segment != DefaultDuration || len(s.Modes) != 1 || s.Modes[0] != Combined || s.RunID == "" {
 		t.Errorf("defaults: %+v", s)
 	}
-	if s.workers(Single) != DefaultWorkers || s.workers(Buffered) != 1 {
-		t.Errorf("workers: %d, %d", s.workers(Single), s.workers(Buffered))
+	if s.workers(Single, 1) != DefaultWorkers || s.workers(Buffered, 1) != 1 {
+		t.Errorf("workers: %d, %d", s.workers(Single, 1), s.workers(Buffered, 1))
 	}
 	if got := s.runKey(variant{Sharded, DefaultN}); got != "k:sharded:"+s.RunID {
 		t.Errorf("runKey = %q", got)
@@ -152,5 +153,90 @@ func TestRatios(t *testing.T) {
 	base, _ = ratios([]Result{{Mode: Combined}, {Mode: Buffered}})
 	if base != string(Combined) {
 		t.Errorf("without single the base is the first mode, got %q", base)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	in := "cpu  100 10 50 800 40 5 5 0 7 0\ncpu0 50 5 25 400 20 2 3 0 0 0\nintr 1 2 3\n"
+	busy, total, err := parseProcStat(in)
+	// busy: user nice system irq softirq steal; guest is inside user.
+	if err != nil || busy != 170 || total != 1010 {
+		t.Errorf("parseProcStat = %v, %v, %v; want 170 busy of 1010", busy, total, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5\n", "cpu 1 x 3 4 5\n", "cpu 1 -2 3 4 5\n"} {
+		if _, _, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q) parsed", bad)
+		}
+	}
+}
+
+func TestCPUBetween(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	a := cpuSample{at: t0, proc: time.Second, procOK: true, busy: 1000, total: 4000, statOK: true}
+	b := cpuSample{at: t0.Add(2 * time.Second), proc: 2500 * time.Millisecond, procOK: true, busy: 1300, total: 4400, statOK: true}
+	if got := cpuBetween(a, b, 2); got != (cpuUse{generator: 0.75, machine: 1.5, cpus: 2}) {
+		t.Errorf("cpuBetween = %+v, want generator 0.75, machine 1.5 of 2", got)
+	}
+	b.procOK, b.statOK = false, false
+	if got := cpuBetween(a, b, 2); got != (cpuUse{}) {
+		t.Errorf("unread samples: %+v, want nothing", got)
+	}
+}
+
+// TestAggregateOpenLoop checks what a paced run reports beside its
+// achieved rate: the increments acknowledged after the window (sent, not
+// achieved), the wait for a caller and the call, and the CPU of the
+// generator, the machine and the nodes, weighted by each round's time.
+func TestAggregateOpenLoop(t *testing.T) {
+	s := &settings{Config: Config{Procs: 2, Rate: 1000}, segment: 4 * time.Second}
+	wait, call := new(hist), new(hist)
+	wait.add(time.Millisecond)
+	call.add(200 * time.Millisecond)
+	r := func(sent, achieved int64, elapsed time.Duration, gen, node float64) *round {
+		return &round{
+			tally:   tally{sent: sent, achieved: achieved, unserved: 5},
+			total:   sent, // one round each: the base is 0
+			lat:     new(hist),
+			wait:    wait,
+			call:    call,
+			elapsed: elapsed,
+			workers: 1024,
+			cpu:     cpuUse{generator: gen, machine: 1.5, cpus: 2},
+			nodeCPU: map[string]float64{"a": node, "b": node / 2},
+		}
+	}
+	run := aggregate(s, variant{Sharded, 8}, []*round{r(4000, 3800, 5*time.Second, 0.2, 0.004)}, nil)
+	if run.Late != 200 || run.Unserved != 5 || run.AchievedPerSec != 950 || run.Achieved != 0.95 {
+		t.Errorf("late %d, unserved %d, achieved %v/s (%v); want 200, 5, 950/s (0.95)", run.Late, run.Unserved, run.AchievedPerSec, run.Achieved)
+	}
+	if run.Workers != 1024 {
+		t.Errorf("workers %d, want 1024 (the round's)", run.Workers)
+	}
+	if run.QueueWait.Samples != 1 || run.Call.P50Ms < 190 || run.Call.P50Ms > 210 {
+		t.Errorf("queue wait %+v, call %+v", run.QueueWait, run.Call)
+	}
+	if math.Abs(run.GeneratorCPU-0.2) > 1e-9 || run.MachineCPU != 1.5 || run.CPUs != 2 || run.MaxNodeCPU != 0.004 || run.NodeCPU["b"] != 0.002 {
+		t.Errorf("CPU: generator %v, machine %v of %d, nodes %v (max %v)", run.GeneratorCPU, run.MachineCPU, run.CPUs, run.NodeCPU, run.MaxNodeCPU)
+	}
+	// Two rounds: CPU figures are weighted by the rounds' times.
+	two := aggregate(s, variant{Sharded, 8}, []*round{r(4000, 4000, time.Second, 0.1, 0.004), r(4000, 4000, 3*time.Second, 0.5, 0.008)}, nil)
+	if math.Abs(two.GeneratorCPU-0.4) > 1e-9 || math.Abs(two.NodeCPU["a"]-0.007) > 1e-9 {
+		t.Errorf("two rounds: generator %v, node a %v; want 0.4 and 0.007", two.GeneratorCPU, two.NodeCPU["a"])
+	}
+	var b strings.Builder
+	rep := &Report{Backend: "redis", Rounds: 1, OfferedPerSec: 1000, Runs: []Result{run}}
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"5 still queued at the end of a window (not sent), 200 acknowledged after it (sent, not achieved)",
+		"wait for a worker p50/p99",
+		"(2×1024 callers)",
+		"generator CPU 0.20, machine busy 1.50 of 2 CPUs, nodes' CPU 0.20%–0.40% of one CPU each",
+		"95.0%",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
 	}
 }

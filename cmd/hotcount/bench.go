@@ -38,7 +38,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "how long each mode is driven")
 	fs.DurationVar(&c.Flush, "flush", bench.DefaultFlush, "flush interval of the buffered modes")
 	fs.IntVar(&c.Rounds, "rounds", 0, "rounds the modes alternate in (0: 1 for one mode, 3 with --compare)")
-	fs.IntVar(&c.Workers, "workers", 0, "goroutines per instance (0: 4 unbuffered, 1 buffered)")
+	fs.IntVar(&c.Workers, "workers", 0, "goroutines per instance, or with --rate the most calls one instance has in flight (0: 4 unbuffered, 1 buffered, with --rate as many as the rate needs)")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the benchmark keys in the cache")
 	fs.BoolVar(&asJSON, "json", false, `print JSON: {"runs": [...], "ratios": {...}}`)
 	if code, done := fs.parse(args); done {
