@@ -36,9 +36,14 @@ func TestRegionsMeasure(t *testing.T) {
 	}
 	eu, us := w.client(t, "eu", def), w.client(t, "us", def)
 	t.Run("viral key", func(t *testing.T) { measureViral(t, w, eu, us) })
-	t.Run("long tail", func(t *testing.T) { measureLongTail(t, w, eu) })
+	t.Run("long tail", func(t *testing.T) { measureLongTail(t, w, eu, 0) })
+	t.Run("long tail at a fixed rate", func(t *testing.T) { measureLongTail(t, w, eu, tailRate) })
 	t.Run("lag", func(t *testing.T) { measureLag(t, eu, us) })
 }
+
+// tailRate is the long tail's fixed rate (increments per second), below
+// what this machine takes with regions.
+const tailRate = 6000
 
 // calls sums the commands a cluster's primaries ran.
 func calls(t *testing.T, cl *testenv.Cluster) (total int64, byCmd map[string]int64) {
@@ -195,7 +200,14 @@ func measureViral(t *testing.T, w *world, eu, us *hotcount.Client) {
 // cache commands and cache CPU per increment (the region's until its
 // outbox to us is empty, the shipping included), and increments per
 // second.
-func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
+//
+// With rate > 0 the 8 workers offer rate increments per second in all
+// (open loop) instead of as many as they can: both Clients then run at
+// the same rate, so that the cache batches their commands alike, and
+// what differs is what regions add (on this one machine the peer's cache
+// and the shipping compete with the load for the CPUs, which lowers a
+// closed loop's rate with regions and raises every command's cost).
+func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 	ctx := context.Background()
 	plain, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: w.clusters["eu"].Seeds()}})
 	if err != nil {
@@ -203,6 +215,9 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 	}
 	defer plain.Close(ctx)
 	run := func(name string, c *hotcount.Client) {
+		if rate > 0 {
+			name += fmt.Sprintf(", offered %d/s", rate)
+		}
 		time.Sleep(2 * time.Second) // let the previous run's shipping end
 		cl := w.clusters["eu"]
 		// The cluster's own CPU while idle (its cron), per second: a run
@@ -220,11 +235,19 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for time.Since(start) < 5*time.Second {
+				sent := 0
+				for el := time.Since(start); el < 5*time.Second; el = time.Since(start) {
+					if rate > 0 {
+						if want := int(el.Seconds() * float64(rate) / 8); sent >= want {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+					}
 					if err := c.Incr(ctx, "tail:"+strconv.Itoa(rand.IntN(100000)), 1); err != nil {
 						t.Error(err)
 						return
 					}
+					sent++
 					n.Add(1)
 				}
 			}()

@@ -585,7 +585,14 @@ func (s *Service) inboxLoop() {
 		if s.token.Load() == 0 {
 			continue
 		}
-		_ = s.drainInbox(boxes)
+		// A round that took a full batch from some shard is followed at
+		// once by another, as shipping does.
+		for r := 0; r < maxRounds; r++ {
+			more, err := s.drainInbox(boxes)
+			if err != nil || !more || s.stopping() {
+				break
+			}
+		}
 		_ = s.runDeadlines()
 		_ = s.collect()
 	}
@@ -697,23 +704,27 @@ func (s *Service) markDone(ctx context.Context, done map[int][]string, key func(
 	return nil
 }
 
-func (s *Service) drainInbox(boxes []string) error {
+// drainInbox keeps one batch of what peers shipped here (the counters of
+// the inbox boxes) in the durable store, and reports whether a box may
+// hold more.
+func (s *Service) drainInbox(boxes []string) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
 	defer cancel()
 	taken, err := take(ctx, s.cfg.Local, boxes, s.cfg.Batch)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var keys []string
 	for _, b := range taken {
 		keys = append(keys, b.keys...)
+		more = more || b.full
 	}
 	if len(keys) == 0 {
-		return nil
+		return false, nil
 	}
 	hashes, err := readHashes(ctx, s.cfg.Local, keys)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A counter whose hash is still empty was marked in the same round
 	// as its records, which a node that did not know the receiving
@@ -748,10 +759,11 @@ func (s *Service) drainInbox(boxes []string) error {
 	}
 	if s.cfg.Durable != nil {
 		if err := s.cfg.Durable.SaveRegionParts(ctx, parts); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return ack(ctx, s.cfg.Local, taken, func(k string) bool { return !wait[k] })
+	// A counter put back waits for the next interval, not the next round.
+	return more && len(wait) == 0, ack(ctx, s.cfg.Local, taken, func(k string) bool { return !wait[k] })
 }
 
 // checkAlive ships every counter of the region again when the region's
