@@ -166,7 +166,7 @@ func plateau(steps []CalibrationStep, best int) float64 {
 // generator the runs use (drive with a rate).
 func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error) {
 	key := s.calibrationKey()
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: openCallTimeout}
 	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
 	if err != nil {
 		return nil, err

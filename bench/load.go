@@ -18,7 +18,28 @@ const (
 	openConcurrency = 16               // instances opened or closed at once
 	closeTimeout    = 30 * time.Second // draining every instance
 	checkTimeout    = 10 * time.Second // reading back the total, clearing
+	// openCallTimeout bounds each call of an unbuffered open-loop run
+	// (the client's default is 2 s). Such a run keeps up to
+	// openCallBudget's worth of the offered rate in flight; a node that
+	// falls behind answers them late, and a call that timed out would
+	// leave its increment's outcome unknown (the total then no longer
+	// checks). Late answers are reported as latency and, after the
+	// window, as late.
+	openCallTimeout = 10 * time.Second
 )
+
+// instanceConfig returns the client configuration of the instances of
+// run v.
+func (s *settings) instanceConfig(v variant) hotcount.Config {
+	cfg := hotcount.Config{
+		Defaults: hotcount.Namespace{N: v.n, NoColdStart: true, Buffered: v.mode.buffered(), FlushInterval: s.Flush},
+		Meta:     hotcount.MetaConfig{NaiveLabels: s.NaiveLabels},
+	}
+	if s.Rate > 0 && !v.mode.buffered() {
+		cfg.Timeout = openCallTimeout
+	}
+	return cfg
+}
 
 // instance is one client instance and what it achieved.
 type instance struct {
@@ -310,7 +331,7 @@ type round struct {
 // the key is cleared first. step and steps are for Progress.
 func runRound(ctx context.Context, s *settings, b backend, v variant, base int64, step, steps int) (*round, error) {
 	key, m, n := s.runKey(v), v.mode, v.n
-	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true, Buffered: m.buffered(), FlushInterval: s.Flush}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}
+	cfg := s.instanceConfig(v)
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
 	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})

@@ -240,3 +240,26 @@ func TestAggregateOpenLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestInstanceConfig checks the instances' client configuration: an
+// unbuffered open-loop run waits openCallTimeout for each call, so that a
+// node that falls behind answers late rather than leaving the outcome of
+// an increment unknown; other runs keep the client's default.
+func TestInstanceConfig(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		v    variant
+		want time.Duration
+	}{
+		{15_000, variant{Sharded, 8}, openCallTimeout},
+		{15_000, variant{Single, 1}, openCallTimeout},
+		{15_000, variant{Combined, 8}, 0},
+		{0, variant{Sharded, 8}, 0},
+	} {
+		s := &settings{Config: Config{Rate: tc.rate, Flush: time.Second}}
+		cfg := s.instanceConfig(tc.v)
+		if cfg.Timeout != tc.want || cfg.Defaults.N != tc.v.n || cfg.Defaults.Buffered != tc.v.mode.buffered() || cfg.Defaults.FlushInterval != time.Second {
+			t.Errorf("rate %v %v: %+v, want timeout %v", tc.rate, tc.v, cfg, tc.want)
+		}
+	}
+}
