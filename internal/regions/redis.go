@@ -49,7 +49,7 @@ func boxKey(kind string, s int, peer string) string {
 
 // entryKeys is the most counters one entry of a box holds, and
 // takeEntries(limit) the entries a round takes, so that a round takes at
-// most limit counters per box.
+// most max(limit, entryKeys) counters per box.
 const entryKeys = 50
 
 func takeEntries(limit int) int64 { return int64(max(1, limit/entryKeys)) }

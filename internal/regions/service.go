@@ -106,7 +106,7 @@ type Config struct {
 	// Timeout bounds each round trip (0: 2 s).
 	Timeout time.Duration
 	// Batch is the most counters one outbox shard gives a round (0:
-	// DefaultBatch).
+	// DefaultBatch; below 50, 50: an outbox entry holds up to 50).
 	Batch int
 	// Retention is how long the region records of a counter cleared or
 	// expired here are kept before they are collected (0:
