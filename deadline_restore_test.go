@@ -9,6 +9,7 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/internal/testenv"
+	"github.com/hotcount/hotcount/keyspace"
 )
 
 // checkDeadline fails unless key exists with value want and a deadline
@@ -86,6 +87,18 @@ func TestDeadlineSurvivesNodeRestore(t *testing.T) {
 	if _, err := c.Expire(ctx, "rt:1", at); err != nil {
 		t.Fatal(err)
 	}
+	// A sharded counter: its record and its mark come back with the node.
+	if err := c.Incr(ctx, "rt:sharded", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, "rt:sharded", 3); err != nil {
+		t.Fatal(err)
+	}
+	for range 40 { // into its other sub-counters too
+		if err := c.Incr(ctx, "rt:sharded", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := c.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +107,13 @@ func TestDeadlineSurvivesNodeRestore(t *testing.T) {
 	}
 	if _, err := c.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Before any look-up, which would set a missing mark.
+	if v, err := testenv.Do(ctx, node.Addr, "EXISTS", keyspace.MarkKey("rt:sharded")); err != nil || v != "1" {
+		t.Errorf("restored sharded counter: its mark exists = %s %v, want 1", v, err)
+	}
+	if r, err := c.Get(ctx, "rt:sharded"); err != nil || r.Value != 44 || r.N != 3 {
+		t.Errorf("restored sharded counter = %+v %v, want 44 in 3 sub-counters", r, err)
 	}
 	checkDeadline(t, c, "rt:1", 3, at, "after the node was restored")
 	pttl, err := testenv.Do(ctx, node.Addr, "PTTL", "{rt:1#0}")

@@ -87,9 +87,11 @@
 //   - every look-up that finds a record (fetch, ReadSets) sets its mark
 //     when it is missing (SET … NX): a record of a version before marks,
 //     or a mark lost with a node while the record survived, is marked
-//     again by the next look-up. Until then a writer takes the counter
-//     for cold (its increment goes to the cold sub-counter, which every
-//     reader sums).
+//     again by the next look-up, and Remark marks again the counters
+//     whose marks a node that came back empty held (the checkpoint
+//     restore calls it). Until then a writer takes the counter for cold
+//     (its increment goes to the cold sub-counter, which every reader
+//     sums).
 //
 // A mark without a record is harmless: it only costs a look-up.
 //

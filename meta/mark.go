@@ -84,3 +84,30 @@ func (m *Manager) NoRecord(key string, at time.Time) {
 	}
 	m.put(key, Meta{Write: coldSet, Read: coldSet}, at)
 }
+
+// Remark sets the marks of those of keys whose counters have a record in
+// the cache and lack their mark (SET … NX), reading the records in one
+// pipelined round per node: for a node that came back empty, which held
+// the marks of records kept on other nodes.
+func (m *Manager) Remark(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	data, err := m.b.GetMetas(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("meta: read: %w", err)
+	}
+	var hk []string
+	var hm []Meta
+	for i, d := range data {
+		if d == nil {
+			continue
+		}
+		mt, err := decode(d)
+		if err != nil {
+			continue // a look-up reports it
+		}
+		hk, hm = append(hk, keys[i]), append(hm, mt)
+	}
+	return m.heal(ctx, hk, hm)
+}

@@ -251,3 +251,23 @@ func TestMarkExpires(t *testing.T) {
 		t.Fatal("a record without a deadline: want it and its mark for good")
 	}
 }
+
+// TestRemark: Remark marks again the counters of keys that have a record
+// (a node that held their marks came back empty) and no others.
+func TestRemark(t *testing.T) {
+	ctx := context.Background()
+	b := &markLog{Store: newMem(t, 3), t: t}
+	m := newManager(t, b, meta.Config{Clock: newFakeClock(), DefaultN: func(string) int { return 4 }, Cold: func(string) bool { return true }})
+	if err := m.Resize(ctx, "k", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Del(ctx, []string{keyspace.MarkKey("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remark(ctx, []string{"k", "cold"}); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(t, b.Store, "k") || marked(t, b.Store, "cold") {
+		t.Fatal("Remark: want the mark of the counter with a record, and no other")
+	}
+}

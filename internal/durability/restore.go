@@ -264,5 +264,35 @@ func (ck *checkpointer) restoreMetas(ctx context.Context, topo *store.Topology, 
 			r.Metas++
 		}
 	}
+	if r.DryRun {
+		return nil
+	}
+	// The node also held the record marks of counters whose cold
+	// sub-counter it owns; their records, on other nodes, survived: mark
+	// them again (counters with a label besides the cold one are the ones
+	// that may have a record).
+	var marked []string
+	seen := map[string]bool{}
+	for _, cp := range cps {
+		k, label, ok := keyspace.ParseSubKey(cp.Key)
+		if !ok || label == keyspace.ColdLabel || seen[k] || topo.NodeOf(keyspace.MarkKey(k)) != node {
+			continue
+		}
+		seen[k] = true
+		marked = append(marked, k)
+	}
+	for len(marked) > 0 {
+		n := min(len(marked), remarkBatch)
+		mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+		err := mm.Remark(mctx, marked[:n])
+		cancel()
+		if err != nil {
+			return err
+		}
+		marked = marked[n:]
+	}
 	return nil
 }
+
+// remarkBatch is how many counters' marks a restore checks per round.
+const remarkBatch = 1000
