@@ -51,8 +51,8 @@ type instance struct {
 	unserved atomic.Int64 // scheduled but still queued when the window ended
 	last     atomic.Value // error: the last Incr error
 	lat      hist         // scheduled (or actual) start to acknowledgement
-	wait     hist         // open-loop: scheduled start to a worker taking it
-	call     hist         // open-loop: a worker taking it to its acknowledgement
+	wait     hist         // open-loop: scheduled start to its call's start
+	call     hist         // open-loop: its call's start to its acknowledgement
 }
 
 // openInstances opens p clients of cfg concurrently. On error the ones
@@ -312,7 +312,7 @@ type round struct {
 	base, total    int64 // the key's value before and after the round
 	tally                // what the instances achieved
 	lat            *hist // latency of the increments
-	wait, call     *hist // their wait for a worker, and the call itself (open-loop)
+	wait, call     *hist // their wait for a caller, and the call itself (open-loop)
 	elapsed        time.Duration
 	workers        int                // goroutines per instance (open-loop: calls in flight)
 	cpu            cpuUse             // the generator's and the machine's CPU over the window

@@ -79,12 +79,12 @@ type Result struct {
 	// includes the wait in the queue.
 	Latency Latency `json:"latency"`
 	// QueueWait is, open-loop, the time from each increment's scheduled
-	// start until a worker took it from its instance's queue: it waits
-	// there only while every worker of the instance is busy, so a long
-	// wait means the generator's callers, not the cache, held it up.
+	// start until its call started: it waits in its instance's queue only
+	// while Workers calls of the instance are in flight, so a long wait
+	// means the generator's callers, not the cache, held it up.
 	QueueWait Latency `json:"queue_wait"`
-	// Call is, open-loop, the time from a worker taking an increment to
-	// its acknowledgement: the cache's (and the client's) part of Latency.
+	// Call is, open-loop, the time from the start of an increment's call
+	// to its acknowledgement: the cache's (and the client's) part of Latency.
 	Call Latency `json:"call"`
 	// GeneratorCPU is the CPU this process (every instance, the
 	// dispatcher and the read sampler) used during the load windows, in
@@ -379,7 +379,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, "%s: %d increments dropped (queue full), %d still queued at the end of a window (not sent), %d acknowledged after it (sent, not achieved)\n", run.label(), run.Dropped, run.Unserved, run.Late)
 		}
 		if run.QueueWait.Samples > 0 {
-			fmt.Fprintf(w, "%s: wait for a worker p50/p99 %s ms (%d×%d callers), then the call %s ms\n", run.label(), lat(run.QueueWait), run.Procs, run.Workers, lat(run.Call))
+			fmt.Fprintf(w, "%s: wait for a caller p50/p99 %s ms (%d×%d callers), then the call %s ms\n", run.label(), lat(run.QueueWait), run.Procs, run.Workers, lat(run.Call))
 		}
 		if c := cpuLine(run); c != "" {
 			fmt.Fprintf(w, "%s: %s\n", run.label(), c)

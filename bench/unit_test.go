@@ -230,7 +230,7 @@ func TestAggregateOpenLoop(t *testing.T) {
 	}
 	for _, want := range []string{
 		"5 still queued at the end of a window (not sent), 200 acknowledged after it (sent, not achieved)",
-		"wait for a worker p50/p99",
+		"wait for a caller p50/p99",
 		"(2×1024 callers)",
 		"generator CPU 0.20, machine busy 1.50 of 2 CPUs, nodes' CPU 0.20%–0.40% of one CPU each",
 		"95.0%",
