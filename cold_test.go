@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store/mem"
 )
 
@@ -215,6 +216,64 @@ func TestColdIncrNoLookUp(t *testing.T) {
 	for k, want := range map[string]int64{"b:sharded": 6, "u:sharded": 6} {
 		if r, err := other.GetFresh(ctx, k); err != nil || r.Value != want {
 			t.Fatalf("%s = %+v %v, want %d", k, r, err, want)
+		}
+	}
+}
+
+// TestReadHealsMark: a record found without its mark (written by a
+// version without marks, or the mark lost with a node) gets it back from
+// a reader: the mark is read with the values, in the same round, and
+// written again only when it is missing. Before, a cold increment would
+// take such a counter for cold and cache it so.
+func TestReadHealsMark(t *testing.T) {
+	ctx := context.Background()
+	st := mustMem(t)
+	w := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 4}})
+	for _, k := range []string{"a", "b"} {
+		if err := w.Incr(ctx, k, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Resize(ctx, k, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := func(k string) int64 {
+		v, err := st.Get(ctx, []string{keyspace.MarkKey(k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0]
+	}
+	for _, c := range []struct {
+		name string
+		read func(c *hotcount.Client) error
+	}{
+		{"Get", func(c *hotcount.Client) error { _, err := c.Get(ctx, "a"); return err }},
+		{"GetMulti", func(c *hotcount.Client) error { _, err := c.GetMulti(ctx, []string{"a", "b"}); return err }},
+	} {
+		if mark("a") == 0 {
+			t.Fatalf("%s: the resized counter has no mark to start with", c.name)
+		}
+		if err := st.Del(ctx, []string{keyspace.MarkKey("a")}); err != nil {
+			t.Fatal(err)
+		}
+		r := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 4}, Reads: hotcount.ReadConfig{NoCache: true}})
+		if err := c.read(r); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if mark("a") == 0 {
+			t.Errorf("%s found the record of a without its mark and left it so", c.name)
+		}
+	}
+	// A mark that is there is read, not written again.
+	before := st.Stats()
+	r := newClient(t, st, hotcount.Config{Defaults: hotcount.Namespace{N: 4}, Reads: hotcount.ReadConfig{NoCache: true}})
+	if _, err := r.GetMulti(ctx, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for n, s := range st.Stats() {
+		if d := s.Commands["set"] - before[n].Commands["set"]; d != 0 {
+			t.Errorf("node %s: %d SETs for a read of marked records, want 0", n, d)
 		}
 	}
 }

@@ -84,14 +84,17 @@
 //     a record written meanwhile by another process keeps its mark;
 //   - a record with a deadline has a mark that expires
 //     store.DeadlineGrace after the record;
-//   - every look-up that finds a record (fetch, ReadSets) sets its mark
-//     when it is missing (SET … NX): a record of a version before marks,
-//     or a mark lost with a node while the record survived, is marked
-//     again by the next look-up, and Remark marks again the counters
-//     whose marks a node that came back empty held (the checkpoint
-//     restore calls it). Until then a writer takes the counter for cold
-//     (its increment goes to the cold sub-counter, which every reader
-//     sums).
+//   - a writer's look-up that finds a record (fetch) sets its mark when
+//     it is missing (SET … NX); a reader's (ReadSets) writes nothing: its
+//     caller reads the mark with the counter's values, in the same round
+//     (the mark lives in the slot of the cold sub-counter, which every
+//     read set holds), and calls HealMarks for a record found without
+//     one. A record of a version before marks, or a mark lost with a node
+//     while the record survived, is thus marked again by the next look-up
+//     or uncached read, and Remark marks again the counters whose marks a
+//     node that came back empty held (the checkpoint restore calls it).
+//     Until then a writer takes the counter for cold (its increment goes
+//     to the cold sub-counter, which every reader sums).
 //
 // A mark without a record is harmless: it only costs a look-up.
 //

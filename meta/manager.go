@@ -172,7 +172,8 @@ func (m *Manager) withCold(read []string) []string {
 // are restored to the cache). A counter without any record gets its
 // default labels, which are never pinned (a read creates no state) and are
 // cached only when they are stable (a cold counter's). The slices are
-// shared: do not modify them. Every key must be a valid counter key.
+// shared: do not modify them. Every key must be a valid counter key. It
+// reads no record mark (see HealMarks).
 func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string, found []bool, err error) {
 	read = make([][]string, len(keys))
 	found = make([]bool, len(keys))
@@ -200,8 +201,6 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 		return nil, nil, fmt.Errorf("meta: read: %w", err)
 	}
 	var lost []int // indexes into miss without a record in the cache
-	var hk []string
-	var hm []Meta
 	for j, i := range miss {
 		if data[j] == nil {
 			lost = append(lost, j)
@@ -213,9 +212,7 @@ func (m *Manager) ReadSets(ctx context.Context, keys []string) (read [][]string,
 		}
 		m.put(keys[i], mt, now)
 		read[i], found[i] = m.withCold(mt.Read), true
-		hk, hm = append(hk, keys[i]), append(hm, mt)
 	}
-	_ = m.heal(ctx, hk, hm) // best effort: the next look-up heals again
 	if len(lost) > 0 && m.cfg.Durable != nil {
 		lk := make([]string, len(lost))
 		for x, j := range lost {

@@ -72,6 +72,27 @@ func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 	return nil
 }
 
+// HealMarks gives the records of keys that the cache holds (found by a
+// look-up) their marks where they have none (SET … NX). Readers call it
+// for the records whose marks they found missing: ReadSets reads no mark
+// (its callers read each mark with the counter's values, in the same
+// round, since it lives in the slot of the cold sub-counter that every
+// read set holds). Keys whose record the cache does not hold are skipped.
+func (m *Manager) HealMarks(ctx context.Context, keys []string) error {
+	var hk []string
+	var hm []Meta
+	for _, k := range keys {
+		v, ok := m.cache.Load(k)
+		if !ok {
+			continue
+		}
+		if e := v.(*entry); e.pinned && !e.gone {
+			hk, hm = append(hk, k), append(hm, e.m)
+		}
+	}
+	return m.heal(ctx, hk, hm)
+}
+
 // NoRecord caches the cold default labels of key, a counter of a
 // namespace with cold start whose mark a write found absent at at (taken
 // before the write was sent): it had no record then, exactly as a look-up

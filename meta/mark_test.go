@@ -2,6 +2,8 @@ package meta_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -162,8 +164,9 @@ func TestMarkDropKeepsNewRecord(t *testing.T) {
 
 // TestMarkHeal: a record whose mark is missing (written by a version
 // without marks, or the mark lost with a node) gets it back from the next
-// look-up that finds it: a writer's (Meta, Labels) or a reader's
-// (ReadSets). A record restored from the durable store is marked before
+// look-up that finds it: a writer's (Meta, Labels), or a reader's, whose
+// ReadSets writes nothing and whose caller, having read the mark with the
+// values, calls HealMarks. A record restored from the durable store is marked before
 // it is written (markLog checks it).
 func TestMarkHeal(t *testing.T) {
 	ctx := context.Background()
@@ -179,7 +182,15 @@ func TestMarkHeal(t *testing.T) {
 	}{
 		{"Meta", func(m *meta.Manager) error { _, err := m.Meta(ctx, "k"); return err }},
 		{"Labels", func(m *meta.Manager) error { _, _, err := m.Labels(ctx, "k"); return err }},
-		{"ReadSets", func(m *meta.Manager) error { _, _, err := m.ReadSets(ctx, []string{"k"}); return err }},
+		{"ReadSets, HealMarks", func(m *meta.Manager) error {
+			if _, found, err := m.ReadSets(ctx, []string{"k"}); err != nil || !found[0] {
+				return fmt.Errorf("ReadSets: found %v, %v", found, err)
+			}
+			if marked(t, b.Store, "k") {
+				return errors.New("ReadSets wrote the mark: a read must not write")
+			}
+			return m.HealMarks(ctx, []string{"k"})
+		}},
 	} {
 		if err := b.Del(ctx, []string{keyspace.MarkKey("k")}); err != nil {
 			t.Fatal(err)

@@ -53,8 +53,14 @@ func (r SubRead) Sum() (int64, error) { return SumInt64(r.Values) }
 // while its metadata is looked up beside it, so a cold counter costs one
 // round trip; only a counter that turns out to have more labels costs a
 // second. at is the time just before the values are read.
+//
+// The record mark (keyspace.MarkKey) of every counter whose record a
+// look-up of this read found is read with the values (it lives in the slot
+// of the cold sub-counter, which every read set holds, so it adds no
+// round); a record found without its mark gets it back (healMarks).
 func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRead, extraVals []int64, at time.Time, err error) {
 	sets, missing := e.cachedSets(keys)
+	var marked []string // counters whose record a look-up found
 	if len(keys) > 1 && len(missing) > 0 {
 		// A batch: one round per node for the label sets, then one for
 		// every value.
@@ -62,12 +68,15 @@ func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRea
 		for j, i := range missing {
 			mk[j] = keys[i]
 		}
-		full, _, err := e.meta.ReadSets(ctx, mk)
+		full, found, err := e.meta.ReadSets(ctx, mk)
 		if err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("read: %w", err)
 		}
 		for j, i := range missing {
 			sets[i] = full[j]
+			if found[j] && e.marks != nil {
+				marked = append(marked, keys[i])
+			}
 		}
 		missing = nil
 	}
@@ -84,6 +93,9 @@ func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRea
 		}
 		all = append(all, r.Subs...)
 		reads[i] = r
+	}
+	for _, k := range marked {
+		all = append(all, keyspace.MarkKey(k))
 	}
 	var full [][]string
 	var metaErr error
@@ -104,18 +116,25 @@ func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRea
 	if metaErr != nil {
 		return nil, nil, at, fmt.Errorf("read: %w", metaErr)
 	}
+	markVals := vals[len(vals)-len(marked):]
+	vals = vals[:len(vals)-len(marked)]
 	extraVals, vals = vals[:len(extra)], vals[len(extra):]
 	for i := range reads {
 		n := len(reads[i].Subs)
 		reads[i].Values, vals = vals[:n:n], vals[n:]
 	}
-	// Second round: the other labels of counters found to have more.
+	// Second round: the other labels of counters found to have more, with
+	// their marks.
 	var more []string
 	var owners []int
+	var marked2 []string
 	for j, i := range missing {
 		rest := slices.DeleteFunc(slices.Clone(full[j]), func(l string) bool { return l == keyspace.ColdLabel })
 		if len(rest) == 0 {
 			continue
+		}
+		if e.marks != nil {
+			marked2 = append(marked2, keys[i])
 		}
 		r := &reads[i]
 		r.Labels = append(slices.Clone(r.Labels), rest...)
@@ -127,15 +146,35 @@ func (e *Engine) Read(ctx context.Context, keys, extra []string) (reads []SubRea
 		}
 	}
 	if len(more) > 0 {
+		for _, k := range marked2 {
+			more = append(more, keyspace.MarkKey(k))
+		}
 		mv, err := e.get(ctx, more)
 		if err != nil {
 			return nil, nil, at, fmt.Errorf("read: %w", err)
 		}
-		for x, v := range mv {
+		for x, v := range mv[:len(owners)] {
 			reads[owners[x]].Values = append(reads[owners[x]].Values, v)
 		}
+		marked = append(marked, marked2...)
+		markVals = append(markVals, mv[len(owners):]...)
 	}
+	e.healMarks(ctx, marked, markVals)
 	return reads, extraVals, at, nil
+}
+
+// healMarks gives back their marks to the records of keys whose mark read
+// 0 (none) in vals: best effort, the next look-up heals again.
+func (e *Engine) healMarks(ctx context.Context, keys []string, vals []int64) {
+	var heal []string
+	for i, k := range keys {
+		if vals[i] == 0 {
+			heal = append(heal, k)
+		}
+	}
+	if len(heal) > 0 {
+		_ = e.meta.HealMarks(ctx, heal)
+	}
 }
 
 // cachedSets returns the read sets known without a round trip (nil for
