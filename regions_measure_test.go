@@ -304,6 +304,22 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		run("without regions", plain)
 		run("region eu", eu)
 	}
+	// What eu's counters cost us: keys in all (us writes none of its
+	// own here).
+	ps, err := w.clusters["us"].Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys int64
+	for _, p := range ps {
+		v, err := testenv.Do(ctx, p, "DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		keys += n
+	}
+	t.Logf("long tail: us holds %d keys for eu's counters (up to 100,000 written there)", keys)
 }
 
 // measureLag: while eu runs the mixed load of the long-tail benchmark (a

@@ -17,6 +17,7 @@ import (
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/internal/faultproxy"
+	"github.com/hotcount/hotcount/internal/regions"
 	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/server"
 )
@@ -659,11 +660,12 @@ func TestRegionsCollect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// records tells what region holds of key: its region hash, and its
-	// durable rows.
+	// records tells what region holds of key: its region records, and
+	// its durable rows.
 	records := func(region, key string) (hash bool, rows int) {
 		t.Helper()
-		n, err := w.clusters[region].Do(ctx, "EXISTS", "hotcount:rg:{"+key+"}")
+		bucket, index := regions.RecordsKey(key)
+		n, err := w.clusters[region].Do(ctx, "HEXISTS", bucket, index)
 		if err != nil {
 			t.Fatal(err)
 		}

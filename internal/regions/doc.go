@@ -49,10 +49,22 @@
 //
 // # Wire format
 //
-// A record travels and is stored as a field of the counter's region hash
-// "hotcount:rg:{counter}" in the receiving region's cache: field "c:" +
-// origin (contribution) or "f:" + origin (fence), value
+// A record travels and is stored under the name "c:" + origin
+// (contribution) or "f:" + origin (fence), value
 // "1:epoch:lease:seq:value:at_ms" (Encode, Decode). The leading 1 is
 // WireVersion; a record of another version is refused, never misread.
-// The hash's field "e" holds the region's own clear epoch.
+// The name "e" holds the region's own clear epoch, "d" the deadline
+// register.
+//
+// # Layout: bucket hashes
+//
+// A counter's records in a region's cache are fields of one of Buckets
+// shared hashes, "hotcount:rg:b:{hotcount-rg-b-<n>}" (n from the FNV hash
+// of the counter): field counter + NUL + name, and the field counter +
+// NUL alone lists the names the counter has; this code calls those fields
+// the counter's region hash. So a counter written in one
+// region costs each peer a few fields in a shared hash, not a key of its
+// own. Every script over a counter's records (receive, clear, expiry,
+// deadline, epoch, collection, read) works on the counter's fields of
+// its bucket alone, atomically (see vhash).
 package regions

@@ -47,11 +47,11 @@ func client(t *testing.T, addr string) rueidis.Client {
 // peerPart reads origin's contribution to key as the peer holds it.
 func peerPart(t *testing.T, peer rueidis.Client, key, origin string) (durable.RegionPart, bool) {
 	t.Helper()
-	h, err := peer.Do(context.Background(), peer.B().Hgetall().Key(hashKey(key)).Build()).AsStrMap()
+	hs, err := readHashes(context.Background(), peer, []string{key})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := Parse(key, h)
+	st, _ := Parse(key, hs[0])
 	p, ok := st.Parts[origin]
 	return p, ok
 }
@@ -207,7 +207,7 @@ func TestApplyScript(t *testing.T) {
 	ctx := context.Background()
 	apply := func(p durable.RegionPart) {
 		t.Helper()
-		if err := round(ctx, c, nil, []call{{s: applyScript, keys: []string{hashKey(p.Key)}, args: []string{field(p), Encode(p)}}})[0].Error(); err != nil {
+		if err := round(ctx, c, nil, []call{hcall(applyScript, p.Key, field(p), Encode(p))})[0].Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -230,13 +230,21 @@ func TestApplyScript(t *testing.T) {
 			t.Fatalf("step %d: script holds %+v, Merge %+v", i, got, want.Parts["us"])
 		}
 	}
-	h, _ := c.Do(ctx, c.B().Hget().Key(hashKey("k")).Field("f:us").Build()).ToString()
+	fence := func() string {
+		t.Helper()
+		hs, err := readHashes(ctx, c, []string{"k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs[0]["f:us"]
+	}
+	h := fence()
 	if f, _ := Decode("k", "f:us", h); f.Value != 7 {
 		t.Fatalf("fence = %+v, want the epoch-4 one", f)
 	}
 	// A clear turns the contribution into a fence and starts an odd epoch
 	// above 2 × now in ms.
-	odd, err := clearScript.Exec(ctx, c, []string{hashKey("k")}, nil).ToString()
+	odd, err := hexec(ctx, c, clearScript, "k").ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +252,7 @@ func TestApplyScript(t *testing.T) {
 	if e%2 != 1 || e < uint64(2*time.Now().Add(-time.Minute).UnixMilli()) {
 		t.Fatalf("clear epoch %d", e)
 	}
-	h, _ = c.Do(ctx, c.B().Hget().Key(hashKey("k")).Field("f:us").Build()).ToString()
+	h = fence()
 	if f, _ := Decode("k", "f:us", h); f.Value != 1 || f.Epoch != 2*1_700_000_000_000 {
 		t.Fatalf("fence after clear = %+v, want the contribution it observed", f)
 	}
@@ -376,7 +384,7 @@ func TestOwnEpochBehindPeer(t *testing.T) {
 	lc, peer := client(t, local.Addr), client(t, remote.Addr)
 	ctx := context.Background()
 	old := durable.RegionPart{Key: "k", Origin: "eu", Kind: durable.PartContribution, Epoch: 1_000_000, Lease: 1 << 50, Seq: 9, Value: 5, At: time.Now()}
-	if err := peer.Do(ctx, peer.B().Hset().Key(hashKey("k")).FieldValue().FieldValue(field(old), Encode(old)).Build()).Error(); err != nil {
+	if err := round(ctx, peer, nil, []call{hcall(applyScript, "k", field(old), Encode(old))})[0].Error(); err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(Config{Region: "eu", Local: lc, Interval: 50 * time.Millisecond, LeaseTTL: time.Second,

@@ -29,8 +29,81 @@ const (
 // ships every counter of the region again.
 const aliveKey = "hotcount:rg:alive:{hotcount-rg}"
 
-// hashKey returns the region hash of counter key.
-func hashKey(key string) string { return "hotcount:rg:{" + key + "}" }
+// Buckets is the number of bucket hashes that hold the region records of
+// every counter (bucketKey): a counter costs fields in one of them, not a
+// key of its own.
+const Buckets = 4096
+
+// bucketKey returns the bucket hash that holds the region records of
+// counter key: its fields key + NUL + name (see vhash).
+func bucketKey(key string) string {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return "hotcount:rg:b:{hotcount-rg-b-" + strconv.Itoa(int(h.Sum32()%Buckets)) + "}"
+}
+
+// RecordsKey returns where counter key's region records are: the bucket
+// hash, and the bucket's field that lists the names of the counter's
+// records (present while it has any).
+func RecordsKey(key string) (bucket, index string) { return bucketKey(key), key + "\x00" }
+
+// vhash is the Lua prelude of every script over a counter's region
+// records: KEYS[1] is the counter's bucket, ARGV[1] the counter. A record
+// named f is the bucket's field counter + NUL + f (counter keys hold no
+// control character), and the field counter + NUL alone lists the names
+// the counter has, separated by spaces (names are "e", "d", "c:" or "f:"
+// and a region name), so that hget, hset, hdel and hgetall act on the
+// counter's records as on a hash of its own.
+const vhash = `
+local B = KEYS[1]
+local P = ARGV[1] .. '\0'
+local function names()
+  local t = {}
+  local idx = redis.call('HGET', B, P)
+  if idx then
+    for f in string.gmatch(idx, '[^ ]+') do t[#t+1] = f end
+  end
+  return t
+end
+local function hget(f) return redis.call('HGET', B, P .. f) end
+local function hset(f, v)
+  if redis.call('HSET', B, P .. f, v) == 1 then
+    local idx = redis.call('HGET', B, P)
+    if idx then idx = idx .. ' ' .. f else idx = f end
+    redis.call('HSET', B, P, idx)
+  end
+end
+local function hdel(f)
+  if redis.call('HDEL', B, P .. f) == 1 then
+    local t = {}
+    for _, g in ipairs(names()) do
+      if g ~= f then t[#t+1] = g end
+    end
+    if #t == 0 then redis.call('HDEL', B, P) else redis.call('HSET', B, P, table.concat(t, ' ')) end
+  end
+end
+local function hgetall()
+  local t = names()
+  local out = {}
+  if #t == 0 then return out end
+  local ks = {}
+  for i, f in ipairs(t) do ks[i] = P .. f end
+  local vs = redis.call('HMGET', B, unpack(ks))
+  for i, f in ipairs(t) do
+    if vs[i] then
+      out[#out+1] = f
+      out[#out+1] = vs[i]
+    end
+  end
+  return out
+end
+`
+
+// readScript returns the region records of the counter ARGV[1] (see
+// vhash), as HGETALL would.
+var readScript = newScript(vhash + `
+return hgetall()
+`)
 
 // shardOf returns the outbox shard of counter key.
 func shardOf(key string) int {
@@ -100,10 +173,10 @@ local function reg(v)
   if not s then return nil end
   return tonumber(s), tonumber(at)
 end
-local function dset(h, v, now)
+local function dset(v, now)
   local s, at = reg(v)
   if not s or s == 0 or (at ~= 0 and at <= now) then return 0 end
-  local ost, oat = reg(redis.call('HGET', h, 'd'))
+  local ost, oat = reg(hget('d'))
   if ost then
     if oat ~= 0 and oat <= now then return 0 end
     if s < ost then return 0 end
@@ -114,52 +187,52 @@ local function dset(h, v, now)
       if a >= b then return 0 end
     end
   end
-  redis.call('HSET', h, 'd', v)
+  hset('d', v)
   return 1
 end
-local function expire(h, now)
-  local s, at = reg(redis.call('HGET', h, 'd'))
+local function expire(now)
+  local s, at = reg(hget('d'))
   if not s or at == 0 or at > now then return 0 end
   local ex = 2 * at + 2
-  local e = tonumber(redis.call('HGET', h, 'e') or '0')
-  if e < ex then redis.call('HSET', h, 'e', string.format('%.0f', ex)) end
-  local all = redis.call('HGETALL', h)
+  local e = tonumber(hget('e') or '0')
+  if e < ex then hset('e', string.format('%.0f', ex)) end
+  local all = hgetall()
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'c:' then
       local v = fields(all[i+1])
       if v[1] == '1' and #v == 6 and tonumber(v[2]) < ex then
         local f = 'f:' .. string.sub(all[i], 3)
-        if newer(all[i+1], redis.call('HGET', h, f)) then
-          redis.call('HSET', h, f, all[i+1])
+        if newer(all[i+1], hget(f)) then
+          hset(f, all[i+1])
         end
       end
     end
   end
-  redis.call('HDEL', h, 'd')
+  hdel('d')
   return at
 end
 `
 
-// applyScript stores records (ARGV: field, value pairs) in the region hash
-// KEYS[1], each only when its version is not older than the stored one;
-// a field 'd' is the deadline register, merged as dset does. It returns 1
-// when it stored the first record (the contribution); the stored record's
-// epoch when that epoch is above the sent one (the sender lost its own
-// epoch: its hash was collected, or its cache lost it); and 0 when a
-// newer record of the same epoch was there: the sender's lease has passed
-// to another process.
-var applyScript = newScript(newer + deadlines + `
+// applyScript stores records (ARGV[2:]: name, value pairs) among the
+// region records of counter ARGV[1] (see vhash), each only when its
+// version is not older than the stored one; a name 'd' is the deadline
+// register, merged as dset does. It returns 1 when it stored the first
+// record (the contribution); the stored record's epoch when that epoch is
+// above the sent one (the sender lost its own epoch: its records were
+// collected, or its cache lost them); and 0 when a newer record of the
+// same epoch was there: the sender's lease has passed to another process.
+var applyScript = newScript(vhash + newer + deadlines + `
 local first = 0
 local now = nowms()
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if ARGV[i] == 'd' then
-    dset(KEYS[1], ARGV[i+1], now)
+    dset(ARGV[i+1], now)
   else
-    local old = redis.call('HGET', KEYS[1], ARGV[i])
+    local old = hget(ARGV[i])
     if newer(ARGV[i+1], old) then
-      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
-      if i == 1 then first = 1 end
-    elseif i == 1 then
+      hset(ARGV[i], ARGV[i+1])
+      if i == 2 then first = 1 end
+    elseif i == 2 then
       local a, b = fields(old), fields(ARGV[i+1])
       if tonumber(a[2]) > tonumber(b[2]) then first = tonumber(a[2]) end
     end
@@ -168,15 +241,18 @@ end
 return first
 `)
 
-// collectScript deletes the region hash KEYS[1] when it holds exactly
-// the fields and values ARGV (pairs): what the collection found dead, not
-// changed since. It returns 1 when it deleted it.
-var collectScript = newScript(`
-if redis.call('HLEN', KEYS[1]) * 2 ~= #ARGV then return 0 end
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i+1] then return 0 end
+// collectScript deletes the region records of counter ARGV[1] when they
+// are exactly the names and values ARGV[2:] (pairs): what the collection
+// found dead, not changed since. It returns 1 when it deleted them.
+var collectScript = newScript(vhash + `
+local t = names()
+if #t * 2 ~= #ARGV - 1 or #t == 0 then return 0 end
+for i = 2, #ARGV, 2 do
+  if hget(ARGV[i]) ~= ARGV[i+1] then return 0 end
 end
-return redis.call('DEL', KEYS[1])
+for _, f in ipairs(t) do redis.call('HDEL', B, P .. f) end
+redis.call('HDEL', B, P)
+return 1
 `)
 
 // gcKey is shard s of the region's collection schedule: the counters
@@ -184,59 +260,59 @@ return redis.call('DEL', KEYS[1])
 // may be collected.
 func gcKey(s int) string { return "hotcount:rg:gc:{hotcount-rg-" + strconv.Itoa(s) + "}" }
 
-// clearScript starts a clear of the counter whose region hash is KEYS[1]:
+// clearScript starts a clear of counter ARGV[1] (see vhash):
 // it sets the own epoch to an odd value above the old one and above 2 ×
 // the cache's clock in ms, turns every contribution received into a
 // fence (observed-remove), and removes the deadline register (a clear
 // ends the counter and its deadline). It returns the odd epoch, as a
 // string.
-var clearScript = rueidis.NewLuaScript(newer + `
+var clearScript = rueidis.NewLuaScript(vhash + newer + `
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local e = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
+local e = tonumber(hget('e') or '0')
 local odd = 2 * ms + 1
 if odd <= e then
   odd = e + 1
   if odd % 2 == 0 then odd = odd + 1 end
 end
-local all = redis.call('HGETALL', KEYS[1])
+local all = hgetall()
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'c:' then
     local f = 'f:' .. string.sub(all[i], 3)
-    if newer(all[i+1], redis.call('HGET', KEYS[1], f)) then
-      redis.call('HSET', KEYS[1], f, all[i+1])
+    if newer(all[i+1], hget(f)) then
+      hset(f, all[i+1])
     end
   end
 end
 local s = string.format('%.0f', odd)
-redis.call('HSET', KEYS[1], 'e', s)
-redis.call('HDEL', KEYS[1], 'd')
+hset('e', s)
+hdel('d')
 return s
 `)
 
-// setDeadlineScript sets the deadline register of KEYS[1] from this
-// region: ARGV[1] is the deadline in ms (0: none), ARGV[2] the stamp (0:
-// the cache's clock, above the stored stamp; StampTTL for a namespace
-// ttl's), ARGV[3] "1" when the counter exists here. It first runs an
-// expiry whose deadline passed. The register is set only when the counter
-// exists here or the hash holds a peer's contribution (ARGV[4] is this
-// region's name) or a deadline, so that no counter starts; no deadline
-// (a Persist) is set only over a deadline, or when ARGV[3] is "1". It
-// returns {set, whether the counter exists in some region, the deadline
-// (ms) of the expiry it ran or 0, whether the register held a deadline
-// still to come}.
-var setDeadlineScript = newScript(newer + deadlines + `
+// setDeadlineScript sets the deadline register of counter ARGV[1] (see
+// vhash) from this region: ARGV[2] is the deadline in ms (0: none),
+// ARGV[3] the stamp (0: the cache's clock, above the stored stamp;
+// StampTTL for a namespace ttl's), ARGV[4] "1" when the counter exists
+// here. It first runs an expiry whose deadline passed. The register is
+// set only when the counter exists here or its records hold a peer's
+// contribution (ARGV[5] is this region's name) or a deadline, so that no
+// counter starts; no deadline (a Persist) is set only over a deadline,
+// or when ARGV[4] is "1". It returns {set, whether the counter exists in
+// some region, the deadline (ms) of the expiry it ran or 0, whether the
+// register held a deadline still to come}.
+var setDeadlineScript = newScript(vhash + newer + deadlines + `
 local now = nowms()
-local ran = expire(KEYS[1], now)
-local exists = ARGV[3] == '1'
-local ost, oat = reg(redis.call('HGET', KEYS[1], 'd'))
+local ran = expire(now)
+local exists = ARGV[4] == '1'
+local ost, oat = reg(hget('d'))
 if not exists then
-  local all = redis.call('HGETALL', KEYS[1])
+  local all = hgetall()
   for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'c:' and all[i] ~= 'c:' .. ARGV[4] then
+    if string.sub(all[i], 1, 2) == 'c:' and all[i] ~= 'c:' .. ARGV[5] then
       local v = fields(all[i+1])
       local left = tonumber(v[5] or '0')
-      local f = redis.call('HGET', KEYS[1], 'f:' .. string.sub(all[i], 3))
+      local f = hget('f:' .. string.sub(all[i], 3))
       if f then
         local w = fields(f)
         if tonumber(w[2]) == tonumber(v[2]) then
@@ -252,23 +328,23 @@ end
 local had = 0
 if ost and oat ~= 0 and oat > now then had = 1 end
 if not exists and had == 0 then return {0, 0, ran, 0} end
-if ARGV[1] == '0' and had == 0 and ARGV[3] ~= '1' then return {0, 1, ran, 0} end
-local s = tonumber(ARGV[2])
+if ARGV[2] == '0' and had == 0 and ARGV[4] ~= '1' then return {0, 1, ran, 0} end
+local s = tonumber(ARGV[3])
 if s == 0 then
   s = now
   if ost and ost >= s then s = ost + 1 end
 end
-local set = dset(KEYS[1], string.format('%.0f', s) .. ':' .. ARGV[1], now)
+local set = dset(string.format('%.0f', s) .. ':' .. ARGV[2], now)
 local e = 0
 if exists then e = 1 end
 return {set, e, ran, had}
 `)
 
-// expireScript runs the expiry of KEYS[1] when its deadline register has
-// passed (see deadlines). It returns the deadline (ms) when it ran, else
-// 0.
-var expireScript = newScript(newer + deadlines + `
-return expire(KEYS[1], nowms())
+// expireScript runs the expiry of counter ARGV[1] when its deadline
+// register has passed (see deadlines). It returns the deadline (ms) when
+// it ran, else 0.
+var expireScript = newScript(vhash + newer + deadlines + `
+return expire(nowms())
 `)
 
 // dlKey is shard s of the region's deadline schedule: a sorted set of the
@@ -287,12 +363,13 @@ end
 return 0
 `)
 
-// epochScript raises the own epoch of KEYS[1] to ARGV[1] when it is below
-// it (the end of a clear, or an epoch restored from the durable store).
-var epochScript = rueidis.NewLuaScript(`
-local e = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
-if e < tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'e', ARGV[1])
+// epochScript raises the own epoch of counter ARGV[1] to ARGV[2] when it
+// is below it (the end of a clear, or an epoch restored from the durable
+// store).
+var epochScript = rueidis.NewLuaScript(vhash + `
+local e = tonumber(hget('e') or '0')
+if e < tonumber(ARGV[2]) then
+  hset('e', ARGV[2])
   return 1
 end
 return 0
@@ -349,12 +426,12 @@ return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
 // collected.
 func hasKey(s int) string { return "hotcount:rg:has:{hotcount-rg-" + strconv.Itoa(s) + "}" }
 
-// adoptScript sets the own epoch of KEYS[1] to ARGV[1] when the hash holds
-// none: a peer holds a record of a newer own epoch than this region,
-// whose hash was collected or lost.
-var adoptScript = newScript(`
-if redis.call('HEXISTS', KEYS[1], 'e') == 0 then
-  redis.call('HSET', KEYS[1], 'e', ARGV[1])
+// adoptScript sets the own epoch of counter ARGV[1] to ARGV[2] when it
+// holds none: a peer holds a record of a newer own epoch than this
+// region, whose records were collected or lost.
+var adoptScript = newScript(vhash + `
+if not hget('e') then
+  hset('e', ARGV[2])
   return 1
 end
 return 0
@@ -498,15 +575,15 @@ func pending(ctx context.Context, c rueidis.Client, boxes []string) (int64, erro
 	return n, nil
 }
 
-// readHashes returns the region hashes of keys (empty maps for counters
-// without one), in one pipelined round.
+// readHashes returns the region records of keys (empty maps for counters
+// without any), in one pipelined round.
 func readHashes(ctx context.Context, c rueidis.Client, keys []string) ([]map[string]string, error) {
-	cmds := make(rueidis.Commands, len(keys))
+	calls := make([]call, len(keys))
 	for i, k := range keys {
-		cmds[i] = c.B().Hgetall().Key(hashKey(k)).Build()
+		calls[i] = hcall(readScript, k)
 	}
 	out := make([]map[string]string, len(keys))
-	for i, r := range c.DoMulti(ctx, cmds...) {
+	for i, r := range round(ctx, c, nil, calls) {
 		m, err := r.AsStrMap()
 		if err != nil {
 			return nil, fmt.Errorf("regions: read %q: %w", keys[i], err)
@@ -514,6 +591,18 @@ func readHashes(ctx context.Context, c rueidis.Client, keys []string) ([]map[str
 		out[i] = m
 	}
 	return out, nil
+}
+
+// hcall returns the call of script s (a vhash script) on counter key's
+// records, with args after the counter.
+func hcall(s *script, key string, args ...string) call {
+	return call{s: s, keys: []string{bucketKey(key)}, args: append([]string{key}, args...)}
+}
+
+// hexec runs the rueidis script s (a vhash script) on counter key's
+// records.
+func hexec(ctx context.Context, c rueidis.Client, s *rueidis.Lua, key string, args ...string) rueidis.RedisResult {
+	return s.Exec(ctx, c, []string{bucketKey(key)}, append([]string{key}, args...))
 }
 
 // script is a Lua script run by EVALSHA, and by EVAL where the node does

@@ -319,7 +319,7 @@ func (s *Service) BeginClear(ctx context.Context, key string) (uint64, error) {
 	if err := s.hasHash(ctx, key); err != nil {
 		return 0, err
 	}
-	v, err := clearScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, nil).ToString()
+	v, err := hexec(ctx, s.cfg.Local, clearScript, key).ToString()
 	if err != nil {
 		return 0, fmt.Errorf("regions: clear %q: %w", key, err)
 	}
@@ -332,7 +332,7 @@ func (s *Service) BeginClear(ctx context.Context, key string) (uint64, error) {
 func (s *Service) EndClear(ctx context.Context, key string, odd uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	err := epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(key)}, []string{strconv.FormatUint(odd+1, 10)}).Error()
+	err := hexec(ctx, s.cfg.Local, epochScript, key, strconv.FormatUint(odd+1, 10)).Error()
 	s.drop(key)
 	s.Mark(key, false)
 	if err == nil {
@@ -369,8 +369,7 @@ func (s *Service) SetDeadline(ctx context.Context, key string, at time.Time, her
 	if err := s.hasHash(ctx, key); err != nil {
 		return here, false, err
 	}
-	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
-		args: []string{strconv.FormatInt(ms, 10), "0", flag, s.cfg.Region}}})
+	res := round(ctx, s.cfg.Local, nil, []call{hcall(setDeadlineScript, key, strconv.FormatInt(ms, 10), "0", flag, s.cfg.Region)})
 	out, err := res[0].AsIntSlice()
 	s.drop(key)
 	if err != nil || len(out) != 4 {

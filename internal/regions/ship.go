@@ -225,7 +225,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 				ScoreMember(float64(now.UnixMilli()), k).Build())
 		}
 		n += len(rs)
-		calls = append(calls, call{s: applyScript, keys: []string{hashKey(k)}, args: args})
+		calls = append(calls, hcall(applyScript, k, args...))
 		shippedKeys = append(shippedKeys, k)
 	}
 	// One round to the peer: whether it knows this region, the records,
@@ -259,7 +259,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			// since ships above it, next round.
 			ready[k] = false
 			if s.hasHash(ctx, k) == nil {
-				_ = round(ctx, s.cfg.Local, nil, []call{{s: adoptScript, keys: []string{hashKey(k)}, args: []string{strconv.FormatInt(v+2, 10)}}})
+				_ = round(ctx, s.cfg.Local, nil, []call{hcall(adoptScript, k, strconv.FormatInt(v+2, 10))})
 			}
 		}
 	}
@@ -343,7 +343,7 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 		if s1.Epoch%2 == 1 {
 			// A clear under way, or one whose process died mid-clear.
 			if now.UnixMilli()-int64(s1.Epoch/2) > stuckClear.Milliseconds() {
-				_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(s1.Epoch+1, 10)}).Error()
+				_ = hexec(ctx, s.cfg.Local, epochScript, k, strconv.FormatUint(s1.Epoch+1, 10)).Error()
 			}
 			continue
 		}
@@ -359,7 +359,7 @@ func (s *Service) records(ctx context.Context, keys []string, tok uint64) (recs 
 		if restored := ownEpoch(stored[k], s.cfg.Region); restored > s1.Epoch {
 			// The cache lost the own epoch: take it back, ship next round.
 			_ = s.hasHash(ctx, k)
-			_ = epochScript.Exec(ctx, s.cfg.Local, []string{hashKey(k)}, []string{strconv.FormatUint(restored, 10)}).Error()
+			_ = hexec(ctx, s.cfg.Local, epochScript, k, strconv.FormatUint(restored, 10)).Error()
 			continue
 		}
 		d := s1.Deadline
@@ -499,8 +499,7 @@ func (s *Service) setRegister(ctx context.Context, key string, d Deadline) error
 	if !d.At.IsZero() {
 		ms = d.At.UnixMilli()
 	}
-	res := round(ctx, s.cfg.Local, nil, []call{{s: setDeadlineScript, keys: []string{hashKey(key)},
-		args: []string{strconv.FormatInt(ms, 10), strconv.FormatUint(d.Stamp, 10), "1", s.cfg.Region}}})
+	res := round(ctx, s.cfg.Local, nil, []call{hcall(setDeadlineScript, key, strconv.FormatInt(ms, 10), strconv.FormatUint(d.Stamp, 10), "1", s.cfg.Region)})
 	if err := res[0].Error(); err != nil {
 		return err
 	}
@@ -517,7 +516,7 @@ func (s *Service) expire(ctx context.Context, key string) bool {
 	if s.moving(ctx, key) != nil {
 		return false
 	}
-	res := round(ctx, s.cfg.Local, nil, []call{{s: expireScript, keys: []string{hashKey(key)}}})
+	res := round(ctx, s.cfg.Local, nil, []call{hcall(expireScript, key)})
 	at, err := res[0].AsInt64()
 	if err != nil || at == 0 {
 		return false
@@ -876,7 +875,7 @@ func (s *Service) collect() error {
 		for f, v := range hashes[i] {
 			args = append(args, f, v)
 		}
-		calls = append(calls, call{s: collectScript, keys: []string{hashKey(k)}, args: args})
+		calls = append(calls, hcall(collectScript, k, args...))
 		tried = append(tried, k)
 	}
 	var gone []string
