@@ -62,8 +62,10 @@
 // call of its instance is out) apart from the call itself, and the CPU
 // that the bench process, the whole machine and each node used during the
 // windows, so a shortfall shows where it arose: in the generator (a long
-// wait for a caller, or its own CPU), in the nodes (their CPU at their
-// quota, the call's latency growing), or at the window's edge (late).
+// wait for a caller while calls take about a node's period, or its own
+// CPU), in the nodes (their CPU at their quota, calls growing well past a
+// period, which then fills the callers too), or at the window's edge
+// (late).
 //
 // # Calibration and utilisation
 //
