@@ -122,6 +122,9 @@ func (s *Service) shipLoop(l *link) {
 			l.first = s.cfg.Clock.Now()
 		}
 		l.mu.Unlock()
+		// The holder's own marks go to the outbox now rather than at the
+		// next push, up to half an interval later: this round ships them.
+		_ = s.push(context.Background(), false)
 		// A round that took a full batch from some shard is followed at
 		// once by another (up to maxRounds per interval), so that an
 		// outbox fuller than a batch does not wait an interval per batch.
