@@ -703,8 +703,25 @@ func TestRegionsCollect(t *testing.T) {
 	if err := clients["us"].Clear(ctx, "gc:cleared"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := clients["us"].Expire(ctx, "gc:expired", time.Now().Add(500*time.Millisecond)); err != nil {
+	// The deadline must reach eu before it passes, for eu to end its own
+	// part (a deadline that arrives late is not taken up: docs/regions.md):
+	// 5 s ahead, and eu is checked to have it in time.
+	expireAt := time.Now().Add(5 * time.Second)
+	if _, err := clients["us"].Expire(ctx, "gc:expired", expireAt); err != nil {
 		t.Fatal(err)
+	}
+	for {
+		at, _, err := clients["eu"].Deadline(ctx, "gc:expired")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Equal(expireAt.Truncate(time.Millisecond)) {
+			break
+		}
+		if time.Now().After(expireAt) {
+			t.Fatalf("eu did not learn the deadline of gc:expired in the 5 s before it passed (it has %v)", at)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := clients["eu"].Clear(ctx, "gc:one"); err != nil {
 		t.Fatal(err)
