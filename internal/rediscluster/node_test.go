@@ -87,13 +87,23 @@ func TestStartNodeWithDirAndPort(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 30*time.Second)
 	dir := t.TempDir()
-	port, err := pickPort(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := StartNode(ctx, NodeOptions{Dir: dir, Port: port, Cluster: true, Args: []string{"--maxmemory", "16mb"}})
-	if err != nil {
-		t.Fatal(err)
+	// A port picked free may be taken by another test's node before this
+	// one starts on it (a node given its port does not move): pick again.
+	var n *Node
+	var port int
+	for attempt := 1; ; attempt++ {
+		var err error
+		if port, err = pickPort(true); err != nil {
+			t.Fatal(err)
+		}
+		n, err = StartNode(ctx, NodeOptions{Dir: dir, Port: port, Cluster: true, Args: []string{"--maxmemory", "16mb"}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrPortInUse) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; picking another port", attempt, err)
 	}
 	t.Cleanup(func() { n.Stop() })
 	if n.Port != port || n.Addr != "127.0.0.1:"+strconv.Itoa(port) || n.Dir != dir {
