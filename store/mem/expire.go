@@ -48,23 +48,31 @@ func (s *Store) IncrByExpire(ctx context.Context, key string, delta int64, at ti
 	nd := s.nodes[s.topo.Owner[keyspace.Slot(key)]]
 	nd.rounds.Add(1)
 	nd.mu.Lock()
-	nd.cmds["incrby"]++
-	v, err := add(nd.value(key, s.now()), delta)
+	v, seq, err := nd.incrByExpire(key, delta, at, s.now())
+	nd.mu.Unlock()
 	if err != nil {
-		nd.mu.Unlock()
 		return 0, err
+	}
+	if err := s.durable(seq); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+// incrByExpire is IncrByExpire's step in the node, whose lock the caller
+// holds: it returns the new value and the log position to wait for.
+func (nd *node) incrByExpire(key string, delta int64, at, now time.Time) (int64, uint64, error) {
+	nd.cmds["incrby"]++
+	v, err := add(nd.value(key, now), delta)
+	if err != nil {
+		return 0, 0, err
 	}
 	nd.ints[key] = v
 	if !at.IsZero() {
 		nd.cmds["pexpireat"]++
 		nd.expireNX(key, at)
 	}
-	seq := nd.logKey(key)
-	nd.mu.Unlock()
-	if err := s.durable(seq); err != nil {
-		return 0, err
-	}
-	return v, nil
+	return v, nd.logKey(key), nil
 }
 
 // ExpireAt gives keys the deadline at (zero: none, as PERSIST) and reports

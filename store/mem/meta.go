@@ -302,19 +302,11 @@ func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64,
 	now := s.now()
 	nd.cmds["exists"]++
 	_, marked := nd.live(mark, now)
-	nd.cmds["incrby"]++
-	v, err := add(nd.value(sub, now), delta)
+	v, seq, err := nd.incrByExpire(sub, delta, at, now)
+	nd.mu.Unlock()
 	if err != nil {
-		nd.mu.Unlock()
 		return 0, false, err
 	}
-	nd.ints[sub] = v
-	if !at.IsZero() {
-		nd.cmds["pexpireat"]++
-		nd.expireNX(sub, at)
-	}
-	seq := nd.logKey(sub)
-	nd.mu.Unlock()
 	if err := s.durable(seq); err != nil {
 		return 0, false, err
 	}
