@@ -28,4 +28,9 @@
 //
 // TestMarkdownLinks checks every relative link of every Markdown file of
 // the repository: the file exists and, for a #fragment, the heading does.
+//
+// TestGoNamesExist checks the Go names that README.md and docs/ quote in
+// code spans (`Config.Redis.FlushDelay`, `proxy.DefaultMaxBulkLen`,
+// `ErrOverflow`) against the repository's source: the package has the
+// name, the type the field or method, through the fields on the way.
 package docsrun
