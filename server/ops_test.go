@@ -403,3 +403,52 @@ func (c inRegion) Stats() hotcount.Stats {
 	st.Regions = []hotcount.RegionLink{{Peer: "us", Shipped: 3, Bytes: 120, LastSuccess: time.Now(), Lag: time.Second, Holder: true}}
 	return st
 }
+
+// TestAlertRulesDocumented: docs/operations.md names every alert of the
+// shipped rules, and every alert name README.md and docs/ quote is one of
+// them.
+func TestAlertRulesDocumented(t *testing.T) {
+	raw, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+- alert: (\S+)\s*$`).FindAllStringSubmatch(string(raw), -1) {
+		alerts[m[1]] = true
+	}
+	if len(alerts) < 10 {
+		t.Fatalf("only %d alerts found in %s", len(alerts), rulesFile)
+	}
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for a := range alerts {
+		names = append(names, a)
+	}
+	slices.Sort(names)
+	for _, a := range names {
+		if !strings.Contains(string(ops), "`"+a+"`") {
+			t.Errorf("docs/operations.md does not name the alert %s of %s", a, rulesFile)
+		}
+	}
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(docs, "../README.md") {
+		if filepath.Base(f) == "benchmarks-log.md" {
+			continue // a dated log: its entries stay as they were run
+		}
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("`(Hotcount[A-Z][A-Za-z]+)`").FindAllStringSubmatch(string(text), -1) {
+			if !alerts[m[1]] {
+				t.Errorf("%s names the alert %s, which %s does not have", f, m[1], rulesFile)
+			}
+		}
+	}
+}

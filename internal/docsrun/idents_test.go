@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -272,5 +273,28 @@ func TestGoNamesChecked(t *testing.T) {
 		if why := g.check(ref); (why == "") != ok {
 			t.Errorf("check(%q) = %q, want ok=%v", ref, why, ok)
 		}
+	}
+}
+
+// TestLibraryErrorsListed: docs/library.md names every named error of the
+// root package, the ones a caller tests with errors.Is.
+func TestLibraryErrorsListed(t *testing.T) {
+	g := loadGoNames(t)
+	data, err := os.ReadFile(filepath.Join(root, "docs", "library.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for name := range g.pkgs["hotcount"] {
+		if strings.HasPrefix(name, "Err") && !strings.Contains(string(data), "`"+name+"`") {
+			missing = append(missing, name)
+		}
+	}
+	if len(g.pkgs["hotcount"]) == 0 {
+		t.Fatal("found no package hotcount")
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("docs/library.md does not name the errors %v of package hotcount", missing)
 	}
 }
