@@ -33,4 +33,12 @@
 // code spans (`Config.Redis.FlushDelay`, `proxy.DefaultMaxBulkLen`,
 // `ErrOverflow`) against the repository's source: the package has the
 // name, the type the field or method, through the fields on the way.
+// TestLibraryErrorsListed checks that docs/library.md names every named
+// error of the root package. TestMetricNamesExist checks the hotcount_*
+// metric names the docs quote against the source's string literals.
+//
+// TestDocsFlagsExist checks every --flag that follows a hotcount command
+// in the docs (`hotcount serve --listen A`, `hotcount cluster up --port
+// P`) against that command's --help, and a code span that starts with a
+// flag (`--rounds`) against the flags of every command.
 package docsrun

@@ -29,6 +29,9 @@ type goNames struct {
 	aliases map[string]string
 	// top holds every exported top-level name of every package.
 	top map[string]bool
+	// metrics holds the hotcount_* names in the source's string literals:
+	// metric names, INFO fields.
+	metrics map[string]bool
 }
 
 // typeName is the name of a named type behind pointers, slices, maps'
@@ -55,7 +58,7 @@ func typeName(e ast.Expr) string {
 func loadGoNames(t *testing.T) *goNames {
 	t.Helper()
 	g := &goNames{pkgs: map[string]map[string]bool{}, members: map[string]map[string]string{},
-		embeds: map[string][]string{}, aliases: map[string]string{}, top: map[string]bool{}}
+		embeds: map[string][]string{}, aliases: map[string]string{}, top: map[string]bool{}, metrics: map[string]bool{}}
 	member := func(typ, name, of string) {
 		if g.members[typ] == nil {
 			g.members[typ] = map[string]string{}
@@ -82,6 +85,14 @@ func loadGoNames(t *testing.T) *goNames {
 		if err != nil {
 			return err
 		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				for _, m := range metricName.FindAllString(lit.Value, -1) {
+					g.metrics[m] = true
+				}
+			}
+			return true
+		})
 		pkg := f.Name.Name
 		if g.pkgs[pkg] == nil {
 			g.pkgs[pkg] = map[string]bool{}
@@ -219,7 +230,60 @@ var (
 	// bareName is a code span holding one exported name of the kinds
 	// docs quote alone: errors, defaults, modes.
 	bareName = regexp.MustCompile("`((?:Err|Default|Mode)[A-Z][A-Za-z0-9_]*)`")
+	// metricName is a name of hotcount's metrics (or INFO fields); in a
+	// doc, one followed by "*" names a family of them.
+	metricName = regexp.MustCompile(`hotcount_[a-z0-9_]*[a-z0-9]`)
+	docMetric  = regexp.MustCompile(`\bhotcount_[a-z0-9_]*(\*|[a-z0-9])`)
 )
+
+// goneMetrics are metric names the upgrade notes of docs/operations.md
+// name because they were removed or renamed.
+var goneMetrics = map[string]bool{
+	"hotcount_node_write_rate":         true,
+	"hotcount_auto_n_recent_decisions": true,
+	"hotcount_restored_amount_total":   true,
+}
+
+// TestMetricNamesExist checks the hotcount_* names of README.md and docs/
+// (metrics, the proxy's INFO fields): each is in the source, a histogram's
+// _bucket, _sum or _count series of one, or, with a trailing "*", the
+// prefix of one.
+func TestMetricNamesExist(t *testing.T) {
+	g := loadGoNames(t)
+	if len(g.metrics) < 50 {
+		t.Fatalf("found only %d metric names in the source", len(g.metrics))
+	}
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range docMetric.FindAllString(line, -1) {
+				if prefix, ok := strings.CutSuffix(m, "*"); ok {
+					found := false
+					for name := range g.metrics {
+						found = found || strings.HasPrefix(name, prefix)
+					}
+					if !found {
+						t.Errorf("%s:%d: no metric starts with %s", rel, i+1, prefix)
+					}
+					continue
+				}
+				base := m
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(m, suffix); ok && g.metrics[b] {
+						base = b
+					}
+				}
+				if !g.metrics[base] && !goneMetrics[m] {
+					t.Errorf("%s:%d: %s is not a metric or field of the source", rel, i+1, m)
+				}
+			}
+		}
+	}
+}
 
 // TestGoNamesExist checks the Go names the docs quote in code spans: a
 // package's exported name (`proxy.DefaultMaxBulkLen`), a field or method

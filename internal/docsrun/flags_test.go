@@ -1,0 +1,120 @@
+package docsrun
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// commandFlags returns the flags of every command and subcommand of the
+// hotcount binary, as its --help prints them ("serve", "cluster up",
+// "bench longtail").
+func commandFlags(t *testing.T, bin string) map[string]map[string]bool {
+	t.Helper()
+	top, err := exec.Command(bin, "--help").Output()
+	if err != nil {
+		t.Fatalf("hotcount --help: %v", err)
+	}
+	section, _, _ := strings.Cut(strings.SplitN(string(top), "\nCommands:\n", 2)[1], "\n\n")
+	var cmds []string
+	for _, line := range strings.Split(section, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			cmds = append(cmds, f[0])
+		}
+	}
+	if len(cmds) < 10 {
+		t.Fatalf("found %d commands in hotcount --help", len(cmds))
+	}
+	cmds = append(cmds, "cluster up", "cluster down", "cluster status", "bench longtail")
+	flagLine := regexp.MustCompile(`(?m)^\s+-{1,2}([a-z][a-z0-9-]*)\b`)
+	out := map[string]map[string]bool{}
+	for _, c := range cmds {
+		help, err := exec.Command(bin, append(strings.Fields(c), "--help")...).Output()
+		if err != nil {
+			t.Fatalf("hotcount %s --help: %v", c, err)
+		}
+		out[c] = map[string]bool{"help": true, "h": true}
+		if _, flags, ok := strings.Cut(string(help), "\nFlags:\n"); ok {
+			flags, _, _ = strings.Cut(flags, "\nExamples:")
+			for _, m := range flagLine.FindAllStringSubmatch(flags, -1) {
+				out[c][m[1]] = true
+			}
+		}
+	}
+	return out
+}
+
+var (
+	// hotcountCmd is a hotcount command line in a doc: what follows
+	// "hotcount " up to the end of the code span or line.
+	hotcountCmd = regexp.MustCompile(`\bhotcount ((?:cluster (?:up|down|status)|bench longtail|[a-z]+)\b[^` + "`" + `\n]*)`)
+	// docFlag is a --flag in a command line.
+	docFlag = regexp.MustCompile(`(?:^|[\s\[(|])--([a-z][a-z0-9-]*)`)
+	// loneFlag is a code span that starts with a flag: `--rounds`,
+	// `--resp-listen ADDR`.
+	loneFlag = regexp.MustCompile("`--([a-z][a-z0-9-]*)[^`]*`")
+)
+
+// otherFlags are flags of other programs the docs quote alone, in a code
+// span: scripts/redis-suite's, Redis's Tcl suite's, podman's.
+var otherFlags = map[string]bool{
+	"tests": true, "keep": true, // scripts/redis-suite
+	"host": true, "port": true, "singledb": true, "durable": true, // Redis's test_helper.tcl
+	"runtime": true, "cgroup-manager": true, // podman
+	"version": true, "help": true,
+}
+
+// TestDocsFlagsExist checks the flags of hotcount commands in README.md
+// and docs/ (code blocks and code spans) against `hotcount <command>
+// --help`: a flag after `hotcount serve` is one of serve's, one after
+// `hotcount cluster up` one of cluster up's; a code span that starts with
+// a flag (`--rounds`) names a flag of some command.
+func TestDocsFlagsExist(t *testing.T) {
+	flags := commandFlags(t, filepath.Join(hotcountBin(t), "hotcount"))
+	any := map[string]bool{}
+	for _, fs := range flags {
+		for f := range fs {
+			any[f] = true
+		}
+	}
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range hotcountCmd.FindAllStringSubmatch(line, -1) {
+				cmd := m[1]
+				name := strings.Fields(cmd)[0]
+				for _, sub := range []string{"cluster up", "cluster down", "cluster status", "bench longtail"} {
+					if strings.HasPrefix(cmd, sub) {
+						name = sub
+					}
+				}
+				fs, ok := flags[name]
+				if !ok {
+					continue // prose: "hotcount absorbs ...", "hotcount help"
+				}
+				// A comment, a pipe into another program or a second
+				// command ends this one.
+				for _, end := range []string{"  #", " && ", "; ", " | "} {
+					cmd, _, _ = strings.Cut(cmd, end)
+				}
+				for _, fm := range docFlag.FindAllStringSubmatch(cmd, -1) {
+					if !fs[fm[1]] {
+						t.Errorf("%s:%d: hotcount %s has no flag --%s", rel, i+1, name, fm[1])
+					}
+				}
+			}
+			for _, m := range loneFlag.FindAllStringSubmatch(line, -1) {
+				if !any[m[1]] && !otherFlags[m[1]] && !strings.HasSuffix(m[1], "-") {
+					t.Errorf("%s:%d: no hotcount command has the flag --%s", rel, i+1, m[1])
+				}
+			}
+		}
+	}
+}
