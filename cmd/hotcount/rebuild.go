@@ -36,8 +36,13 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	prefix := fs.String("prefix", "", "rebuild the counters whose key starts with this, in every step (default: all)")
 	dryRun := fs.Bool("dry-run", false, "report what would change and change nothing")
 	asJSON := fs.Bool("json", false, "print JSON")
+	var sec redisSecurity
+	sec.register(fs)
 	if code, done := fs.parse(args); done {
 		return code
+	}
+	if sec.PasswordFile == "" {
+		sec.Password = os.Getenv(envRedisPass)
 	}
 	switch {
 	case *redisAddrs == "":
@@ -56,6 +61,10 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return usagef(stderr, "rebuild: %v", err)
 		}
 	}
+	rc, err := sec.resolve(splitAddrs(*redisAddrs))
+	if err != nil {
+		return usagef(stderr, "rebuild: %v", err)
+	}
 	if *dataDir != "" {
 		if _, err := os.Stat(filepath.Join(*dataDir, sqlite.DefaultFileName)); err != nil {
 			return usagef(stderr, "rebuild: --data %s holds no durable store (%s): give the data folder of the store that serves this cluster", *dataDir, sqlite.DefaultFileName)
@@ -71,7 +80,6 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	var be durable.Backend
-	var err error
 	if *pgURL != "" {
 		be, err = postgres.Open(ctx, postgres.Config{URL: *pgURL, Schema: *schema})
 	} else {
@@ -90,7 +98,7 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer be.Close()
 	c, err := hotcount.New(ctx, hotcount.Config{
 		// the rebuild below does it and reports it
-		Redis:    hotcount.RedisConfig{Addrs: splitAddrs(*redisAddrs)},
+		Redis:    rc,
 		Defaults: hotcount.Namespace{N: *n, Mode: hotcount.ModeDurable},
 		Reads:    hotcount.ReadConfig{NoCache: true},
 		// No background round: the rebuild below is the only one, so a
