@@ -118,3 +118,68 @@ func TestDocsFlagsExist(t *testing.T) {
 		}
 	}
 }
+
+// loginFlags are the Redis login and TLS flags of the commands that reach
+// Redis directly; docs/cli.md lists them once, below its table.
+var loginFlags = []string{"redis-username", "redis-password-file", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-server-name"}
+
+// TestCLIGuideHasEveryFlag: the table of docs/cli.md shows every flag of
+// every command in that command's row (serve's and proxy's are the
+// settings of docs/configuration.md, which TestConfigReference keeps
+// whole), and the text below it every Redis login and TLS flag.
+func TestCLIGuideHasEveryFlag(t *testing.T) {
+	flags := commandFlags(t, filepath.Join(hotcountBin(t), "hotcount"))
+	data, err := os.ReadFile(filepath.Join(root, "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "| `hotcount ") {
+			continue
+		}
+		cell := strings.SplitN(line, " | ", 2)[0]
+		for _, part := range strings.Split(cell, "`, `") {
+			part = strings.Trim(strings.TrimPrefix(part, "| "), "`")
+			if !strings.HasPrefix(part, "hotcount ") {
+				part = "hotcount " + part // `cluster status`
+			}
+			name := ""
+			for c := range flags {
+				if (strings.HasPrefix(part, "hotcount "+c+" ") || part == "hotcount "+c) && len(c) > len(name) {
+					name = c
+				}
+			}
+			if name == "" {
+				continue
+			}
+			if shown[name] == nil {
+				shown[name] = map[string]bool{}
+			}
+			for _, m := range docFlag.FindAllStringSubmatch(part, -1) {
+				shown[name][m[1]] = true
+			}
+		}
+	}
+	login := map[string]bool{}
+	for _, f := range loginFlags {
+		login[f] = true
+		if !strings.Contains(string(data), "`--"+f+"`") {
+			t.Errorf("docs/cli.md does not list the Redis flag --%s", f)
+		}
+	}
+	for c, fs := range flags {
+		if c == "serve" || c == "proxy" || len(fs) <= 2 {
+			continue // settings, or no flags but -h and --help
+		}
+		if shown[c] == nil {
+			t.Errorf("docs/cli.md has no row for hotcount %s", c)
+			continue
+		}
+		for f := range fs {
+			if f != "help" && f != "h" && !login[f] && !shown[c][f] {
+				t.Errorf("docs/cli.md: the row of hotcount %s does not show --%s", c, f)
+			}
+		}
+	}
+}
