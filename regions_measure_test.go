@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,16 @@ func cacheCPU(t *testing.T, cl *testenv.Cluster) float64 {
 	return sum
 }
 
+// processCPU returns the CPU time (user and system, s) this process has
+// used.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
 // measureViral: one key at about 40,000 increments/s in eu for 10 s;
 // what reaches us.
 func measureViral(t *testing.T, w *world, eu, us *hotcount.Client) {
@@ -228,6 +239,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		c0, by0 := calls(t, cl)
 		reads0, us0 := socketReads(t, cl), commandTime(t, cl)
 		cpu0, cpuAt := cacheCPU(t, cl), time.Now()
+		peer0, proc0 := cacheCPU(t, w.clusters["us"]), processCPU()
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -277,6 +289,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		c1, by := calls(t, cl)
 		reads1, us1 := socketReads(t, cl), commandTime(t, cl)
 		cpu1 := cacheCPU(t, cl)
+		peer1, proc1 := cacheCPU(t, w.clusters["us"]), processCPU()
 		net := cpu1 - cpu0 - idle*time.Since(cpuAt).Seconds()
 		var per []string
 		for k, v := range by {
@@ -299,6 +312,8 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands, %.2f socket reads and %.1f µs of cache CPU per increment, %.1f µs less the idle cluster's (until 2 s after the outbox emptied, %.1f s after the run; per increment: %s)",
 			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), float64(reads1-reads0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()),
 			net*1e6/float64(n.Load()), shipped.Seconds(), strings.Join(per, ", "))
+		t.Logf("long tail, %s: per increment, %.1f µs of the peer's cache CPU (us, idle included), %.1f µs of this process's CPU (the writers, the shipping, the links' fault proxies)",
+			name, (peer1-peer0)*1e6/float64(n.Load()), (proc1-proc0)*1e6/float64(n.Load()))
 	}
 	for range 3 {
 		run("without regions", plain)

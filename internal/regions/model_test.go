@@ -2,6 +2,7 @@ package regions
 
 import (
 	"errors"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -162,5 +163,16 @@ func TestGlobalAfterDeadline(t *testing.T) {
 	}
 	if p, bad := Parse("k", map[string]string{"d": "9:1700000060000", "c:us": Encode(rec("us", durable.PartContribution, 0, 1, 1, 2))}); bad != 0 || p.Deadline.Stamp != 9 || !p.Deadline.At.Equal(at) {
 		t.Fatalf("Parse = %+v, %d bad", p, bad)
+	}
+}
+
+// TestFNV32a checks the hash of buckets and shards against hash/fnv.
+func TestFNV32a(t *testing.T) {
+	for _, k := range []string{"", "a", "likes:post:42", "tail:99999", "\xff\x00x"} {
+		h := fnv.New32a()
+		h.Write([]byte(k))
+		if got, want := fnv32a(k), h.Sum32(); got != want {
+			t.Errorf("fnv32a(%q) = %d, want %d", k, got, want)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -36,10 +35,25 @@ const Buckets = 4096
 
 // bucketKey returns the bucket hash that holds the region records of
 // counter key: its fields key + NUL + name (see vhash).
-func bucketKey(key string) string {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return "hotcount:rg:b:{hotcount-rg-b-" + strconv.Itoa(int(h.Sum32()%Buckets)) + "}"
+func bucketKey(key string) string { return bucketName(bucketOf(key)) }
+
+// bucketOf returns the number of counter key's bucket.
+func bucketOf(key string) uint32 { return fnv32a(key) % Buckets }
+
+// fnv32a returns the 32-bit FNV-1a hash of s (hash/fnv's, without its
+// allocations).
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// bucketName returns the key of bucket n.
+func bucketName(n uint32) string {
+	return "hotcount:rg:b:{hotcount-rg-b-" + strconv.Itoa(int(n)) + "}"
 }
 
 // RecordsKey returns where counter key's region records are: the bucket
@@ -53,10 +67,18 @@ func RecordsKey(key string) (bucket, index string) { return bucketKey(key), key 
 // control character), and the field counter + NUL alone lists the names
 // the counter has, separated by spaces (names are "e", "d", "c:" or "f:"
 // and a region name), so that hget, hset, hdel and hgetall act on the
-// counter's records as on a hash of its own.
-const vhash = `
+// counter's records as on a hash of its own. A script over several
+// counters of one bucket (vhashMany) sets P before each.
+const vhash = vhashMany + `
+P = ARGV[1] .. '\0'
+`
+
+// vhashMany is vhash's functions without a counter: a script over several
+// counters of the bucket KEYS[1] sets P to counter .. NUL before it acts
+// on each (readManyScript, applyManyScript).
+const vhashMany = `
 local B = KEYS[1]
-local P = ARGV[1] .. '\0'
+local P
 local function names()
   local t = {}
   local idx = redis.call('HGET', B, P)
@@ -105,12 +127,42 @@ var readScript = newScript(vhash + `
 return hgetall()
 `)
 
+// readManyScript returns the region records of the counters ARGV (all
+// of bucket KEYS[1], see vhash): one array per counter, as HGETALL would
+// give it, in order. It reads the counters' name lists in one HMGET and
+// their records in another.
+var readManyScript = newScript(`
+local B = KEYS[1]
+local idx = {}
+for i = 1, #ARGV do idx[i] = ARGV[i] .. '\0' end
+local lists = redis.call('HMGET', B, unpack(idx))
+local fs, owner, nm = {}, {}, {}
+for i = 1, #ARGV do
+  if lists[i] then
+    for f in string.gmatch(lists[i], '[^ ]+') do
+      fs[#fs+1] = idx[i] .. f
+      owner[#owner+1] = i
+      nm[#nm+1] = f
+    end
+  end
+end
+local out = {}
+for i = 1, #ARGV do out[i] = {} end
+if #fs > 0 then
+  local vs = redis.call('HMGET', B, unpack(fs))
+  for k = 1, #fs do
+    if vs[k] then
+      local t = out[owner[k]]
+      t[#t+1] = nm[k]
+      t[#t+1] = vs[k]
+    end
+  end
+end
+return out
+`)
+
 // shardOf returns the outbox shard of counter key.
-func shardOf(key string) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % Shards)
-}
+func shardOf(key string) int { return int(fnv32a(key) % Shards) }
 
 // boxKey returns shard s of the outbox to peer (kind "out") or of the
 // inbox (kind "in", peer ""): a stream of marks, each entry the counters
@@ -133,21 +185,28 @@ func seenKey(origin string) string { return "hotcount:rg:seen:{hotcount-rg}:" + 
 
 // newer is the Lua comparison of two records: whether v's version
 // (epoch, lease, seq: fields 2-4) is at least old's. A malformed old
-// record is replaced.
+// record (not six fields, the first "1") is replaced. It takes the
+// fields apart with one string.match each, without building tables.
 const newer = `
 local function fields(s)
   local t = {}
   for x in string.gmatch(s, '[^:]+') do t[#t+1] = x end
   return t
 end
+local function version(s)
+  return string.match(s, '^:*1:+([^:]+):+([^:]+):+([^:]+):+[^:]+:+[^:]+:*$')
+end
 local function newer(v, old)
   if not old then return true end
-  local a, b = fields(old), fields(v)
-  if a[1] ~= '1' or #a ~= 6 then return true end
-  for j = 2, 4 do
-    local p, q = tonumber(b[j]), tonumber(a[j])
-    if p ~= q then return p > q end
-  end
+  local a2, a3, a4 = version(old)
+  if not a2 then return true end
+  local b2, b3, b4 = version(v)
+  local p, q = tonumber(b2), tonumber(a2)
+  if p ~= q then return p > q end
+  p, q = tonumber(b3), tonumber(a3)
+  if p ~= q then return p > q end
+  p, q = tonumber(b4), tonumber(a4)
+  if p ~= q then return p > q end
   return true
 end
 `
@@ -239,6 +298,84 @@ for i = 2, #ARGV, 2 do
   end
 end
 return first
+`)
+
+// applyManyScript stores the records of several counters of bucket
+// KEYS[1], each as applyScript does: ARGV holds, per counter, the
+// counter, the number n of its records, then n name, value pairs; no
+// counter twice, no name twice for one counter. It returns applyScript's
+// answer for each counter, in order. It reads the stored records in one
+// HMGET and writes the newer ones in one HSET, then the name lists of the
+// counters that got a new name (one HMGET, one HSET), and then merges the
+// deadline registers (name 'd') one by one, as applyScript does, with the
+// cache's clock read once.
+var applyManyScript = newScript(vhashMany + newer + deadlines + `
+local out = {}
+local fs, vs, pre, nm, who, lead, regs = {}, {}, {}, {}, {}, {}, {}
+local seen = {}
+local i, c = 1, 0
+while i <= #ARGV do
+  c = c + 1
+  out[c] = 0
+  local p = ARGV[i] .. '\0'
+  local last = i + 2 * tonumber(ARGV[i+1]) -- the last name's place
+  for j = i + 2, last, 2 do
+    if ARGV[j] == 'd' then
+      regs[#regs+1] = {p, ARGV[j+1]}
+    else
+      local f = p .. ARGV[j]
+      if seen[f] then return redis.error_reply('applyMany: ' .. ARGV[j] .. ' twice') end
+      seen[f] = true
+      fs[#fs+1], vs[#vs+1], pre[#pre+1], nm[#nm+1], who[#who+1] = f, ARGV[j+1], p, ARGV[j], c
+      lead[#lead+1] = j == i + 2
+    end
+  end
+  i = last + 2
+end
+if #fs > 0 then
+  local old = redis.call('HMGET', B, unpack(fs))
+  local set, added, order = {}, {}, {}
+  for k = 1, #fs do
+    local o = old[k] or nil
+    if newer(vs[k], o) then
+      set[#set+1] = fs[k]
+      set[#set+1] = vs[k]
+      if not o then
+        local p = pre[k]
+        if not added[p] then
+          added[p] = {}
+          order[#order+1] = p
+        end
+        local t = added[p]
+        t[#t+1] = nm[k]
+      end
+      if lead[k] then out[who[k]] = 1 end
+    elseif lead[k] then
+      local a, b = fields(o), fields(vs[k])
+      if tonumber(a[2]) > tonumber(b[2]) then out[who[k]] = tonumber(a[2]) end
+    end
+  end
+  if #set > 0 then redis.call('HSET', B, unpack(set)) end
+  if #order > 0 then
+    local lists = redis.call('HMGET', B, unpack(order))
+    local upd = {}
+    for k = 1, #order do
+      local s = table.concat(added[order[k]], ' ')
+      if lists[k] then s = lists[k] .. ' ' .. s end
+      upd[#upd+1] = order[k]
+      upd[#upd+1] = s
+    end
+    redis.call('HSET', B, unpack(upd))
+  end
+end
+if #regs > 0 then
+  local now = nowms()
+  for _, r in ipairs(regs) do
+    P = r[1]
+    dset(r[2], now)
+  end
+end
+return out
 `)
 
 // collectScript deletes the region records of counter ARGV[1] when they
@@ -576,21 +713,66 @@ func pending(ctx context.Context, c rueidis.Client, boxes []string) (int64, erro
 }
 
 // readHashes returns the region records of keys (empty maps for counters
-// without any), in one pipelined round.
+// without any), in one pipelined round: one script call per bucket
+// (readManyScript), for up to perCall of its counters.
 func readHashes(ctx context.Context, c rueidis.Client, keys []string) ([]map[string]string, error) {
-	calls := make([]call, len(keys))
-	for i, k := range keys {
-		calls[i] = hcall(readScript, k)
+	groups := bucketGroups(keys)
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		args := make([]string, len(g.at))
+		for j, at := range g.at {
+			args[j] = keys[at]
+		}
+		calls[i] = call{s: readManyScript, keys: []string{g.bucket}, args: args}
 	}
 	out := make([]map[string]string, len(keys))
 	for i, r := range round(ctx, c, nil, calls) {
-		m, err := r.AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("regions: read %q: %w", keys[i], err)
+		g := groups[i]
+		arr, err := r.ToArray()
+		if err == nil && len(arr) != len(g.at) {
+			err = fmt.Errorf("%d answers for %d counters", len(arr), len(g.at))
 		}
-		out[i] = m
+		if err != nil {
+			return nil, fmt.Errorf("regions: read %q: %w", keys[g.at[0]], err)
+		}
+		for j := range arr {
+			m, err := arr[j].AsStrMap()
+			if err != nil {
+				return nil, fmt.Errorf("regions: read %q: %w", keys[g.at[j]], err)
+			}
+			out[g.at[j]] = m
+		}
 	}
 	return out, nil
+}
+
+// perCall is the most counters one script call over a bucket acts on
+// (readManyScript, applyManyScript), so that no call holds the node long.
+const perCall = 64
+
+// group is the counters of one bucket that one script call acts on: the
+// bucket's key and the counters' places in the caller's list.
+type group struct {
+	bucket string
+	at     []int
+}
+
+// bucketGroups groups the counters keys by bucket, at most perCall to a
+// group, in the order of their first counters.
+func bucketGroups(keys []string) []group {
+	var groups []group
+	open := make(map[uint32]int, len(keys))
+	for i, k := range keys {
+		b := bucketOf(k)
+		j, ok := open[b]
+		if !ok || len(groups[j].at) == perCall {
+			j = len(groups)
+			open[b] = j
+			groups = append(groups, group{bucket: bucketName(b)})
+		}
+		groups[j].at = append(groups[j].at, i)
+	}
+	return groups
 }
 
 // hcall returns the call of script s (a vhash script) on counter key's

@@ -202,8 +202,8 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	if s.token.Load() != tok {
 		return 0, 0, nil // the lease was lost meanwhile
 	}
-	var calls []call
 	var shippedKeys []string
+	var pairs [][]string // per counter of shippedKeys: its records' names and values
 	var hints rueidis.Commands
 	now := s.cfg.Clock.Now()
 	n, size := 0, 0
@@ -212,7 +212,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		if len(rs) == 0 {
 			continue
 		}
-		args := make([]string, 0, 2*len(rs))
+		args := make([]string, 0, 2*len(rs)+2)
 		for _, p := range rs {
 			f, v := field(p), Encode(p)
 			args = append(args, f, v)
@@ -228,8 +228,19 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 				ScoreMember(float64(now.UnixMilli()), k).Build())
 		}
 		n += len(rs)
-		calls = append(calls, hcall(applyScript, k, args...))
+		pairs = append(pairs, args)
 		shippedKeys = append(shippedKeys, k)
+	}
+	// The records go in one script call per bucket (applyManyScript),
+	// which acts on each counter as applyScript does.
+	groups := bucketGroups(shippedKeys)
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		var args []string
+		for _, at := range g.at {
+			args = append(append(args, shippedKeys[at], strconv.Itoa(len(pairs[at])/2)), pairs[at]...)
+		}
+		calls[i] = call{s: applyManyScript, keys: []string{g.bucket}, args: args}
 	}
 	// One round to the peer: whether it knows this region, the records,
 	// its inbox (its lease holder keeps what arrived in its durable
@@ -248,9 +259,21 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			return 0, 0, err
 		}
 	}
-	res = append(res[:1:1], res[1+len(hints):]...)
+	answers := make([]int64, len(shippedKeys))
+	for i, r := range res[1+len(hints):] {
+		arr, err := r.ToArray()
+		if err == nil && len(arr) != len(groups[i].at) {
+			err = fmt.Errorf("regions: ship: %d answers for %d counters", len(arr), len(groups[i].at))
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		for j, at := range groups[i].at {
+			answers[at], _ = arr[j].AsInt64()
+		}
+	}
 	for i, k := range shippedKeys {
-		switch v, _ := res[1+i].AsInt64(); {
+		switch v := answers[i]; {
 		case v == 0:
 			// A newer holder's record is there: this process's lease is
 			// gone, and the counter stays in the outbox for the holder.
