@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // proseDocs are the Markdown files whose settings are checked against the
@@ -178,5 +180,95 @@ func TestDocsSettingsChecker(t *testing.T) {
 	}
 	if near := nearest("no_cold_start", settingNames()); near != "cold_start" {
 		t.Errorf("nearest(no_cold_start) = %q, want cold_start", near)
+	}
+}
+
+var (
+	// docDefault is a default the docs quote after a setting or a field
+	// of the library's Config: "`buffer_hot_at`, default **8**",
+	// "`Durability.CleanupInterval`, default 1 min".
+	docDefault = regexp.MustCompile("`([A-Za-z_][A-Za-z0-9_.]*)`([^`.;]{0,40}?)\\bdefault:?\\s+(?:\\*\\*)?`?([0-9][0-9,.]*(?:\\s?(?:ms|µs|s|min|h)\\b)?|\\./[a-z./-]+)")
+	// docValue is a value right after a setting: "(`auto_n.hysteresis`, 30 s)".
+	docValue = regexp.MustCompile("`([a-z_][a-z0-9_.]*)`, ([0-9][0-9,.]*(?:\\s?(?:ms|µs|s|min|h))?)\\)")
+)
+
+// sameValue reports whether the value a doc quotes is the default def of
+// the schema: the same number, duration or text.
+func sameValue(doc, def string) bool {
+	doc = strings.ReplaceAll(strings.TrimSpace(doc), ",", "")
+	if doc == def {
+		return true
+	}
+	if d, err := time.ParseDuration(strings.ReplaceAll(strings.ReplaceAll(doc, " ", ""), "min", "m")); err == nil {
+		want, err := time.ParseDuration(def)
+		return err == nil && d == want
+	}
+	a, errA := strconv.ParseFloat(doc, 64)
+	b, errB := strconv.ParseFloat(def, 64)
+	return errA == nil && errB == nil && a == b
+}
+
+// TestDocsDefaults checks the defaults the docs quote beside a setting
+// (`hot_rate`, default 1,000) or beside the library field it sets
+// (`Durability.HealInterval`, `HealInterval`, `Config.ShipInterval`)
+// against the schema's default, which the reference shows and the code
+// applies.
+func TestDocsDefaults(t *testing.T) {
+	defOf := map[string]string{}
+	for _, s := range settings {
+		if s.def == "" {
+			continue
+		}
+		defOf[s.name] = s.def
+		if s.lib != "" {
+			defOf[s.lib] = s.def
+			defOf["Config."+s.lib] = s.def
+			parts := strings.Split(s.lib, ".")
+			if len(parts) > 1 {
+				defOf[parts[len(parts)-1]] = s.def
+			}
+		}
+	}
+	checked := 0
+	for _, f := range proseDocs(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(data), "\n", " ")
+		rel := strings.TrimPrefix(f, "../../")
+		for _, re := range []*regexp.Regexp{docDefault, docValue} {
+			for _, m := range re.FindAllStringSubmatch(text, -1) {
+				name, val := m[1], m[len(m)-1]
+				def, ok := defOf[name]
+				if !ok {
+					continue
+				}
+				checked++
+				if !sameValue(val, def) {
+					t.Errorf("%s: `%s` is quoted with the default %q; the default is %s", rel, name, strings.TrimSpace(val), def)
+				}
+			}
+		}
+	}
+	t.Logf("checked %d defaults", checked)
+	if checked < 5 {
+		t.Fatalf("checked only %d defaults in the docs", checked)
+	}
+}
+
+// TestSameValue checks the comparison of quoted values with defaults.
+func TestSameValue(t *testing.T) {
+	for _, tc := range []struct {
+		doc, def string
+		want     bool
+	}{
+		{"1,000", "1000", true}, {"10,000 ", "10000", true}, {"8", "8", true}, {"30 s", "30s", true},
+		{"1 min", "1m0s", true}, {"24 h", "24h0m0s", true}, {"500 ms", "500ms", true}, {"./hotcount-data", "./hotcount-data", true},
+		{"2 s", "1s", false}, {"9", "8", false}, {"./data", "./hotcount-data", false},
+	} {
+		if got := sameValue(tc.doc, tc.def); got != tc.want {
+			t.Errorf("sameValue(%q, %q) = %v", tc.doc, tc.def, got)
+		}
 	}
 }
