@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -148,5 +149,60 @@ func TestOpenAPILint(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("redocly lint: %v\n%s", err, out)
+	}
+}
+
+// TestHTTPAPIDocMatchesOpenAPI: docs/http-api.md names every API route of
+// openapi.json and every member of its schemas' objects (`"epoch"`,
+// `cleared`), so that a field the server adds is not left out of the
+// guide.
+func TestHTTPAPIDocMatchesOpenAPI(t *testing.T) {
+	raw, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	b, err := os.ReadFile("../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for p, ops := range spec.Paths {
+		if !strings.HasPrefix(p, "/v1/") && p != "/metrics" && p != "/healthz" && p != "/readyz" {
+			continue // the dashboard's files
+		}
+		for m := range ops {
+			if m == "parameters" {
+				continue
+			}
+			op := strings.ToUpper(m) + " " + p
+			if !strings.Contains(doc, "`"+op) && !(m == "get" && strings.Contains(doc, "`"+p+"`")) {
+				t.Errorf("docs/http-api.md does not name %s", op)
+			}
+		}
+	}
+	var names []string
+	for schema, s := range spec.Components.Schemas {
+		for prop := range s.Properties {
+			names = append(names, schema+"."+prop)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		_, prop, _ := strings.Cut(n, ".")
+		member := regexp.MustCompile("(\"" + prop + "\"|`[a-z_.]*\\b" + prop + "\\b[a-z_.]*`)")
+		if !member.MatchString(doc) {
+			t.Errorf("docs/http-api.md does not name the member %q of the schema %s", prop, n)
+		}
 	}
 }
