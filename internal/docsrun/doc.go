@@ -44,4 +44,7 @@
 // TestCLIGuideHasEveryFlag checks the other way: docs/cli.md's table shows
 // every flag of every command but serve and proxy (whose flags are the
 // settings of docs/configuration.md) in that command's row.
+//
+// TestGoBlocksCompile compiles the ```go blocks of README.md and
+// docs/library.md against the repository, in a module of their own.
 package docsrun
