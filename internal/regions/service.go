@@ -128,8 +128,6 @@ type Service struct {
 	mu    sync.Mutex
 	dirty map[string]dirtyMark // counters changed here, not yet pushed for good
 
-	emptyOnce map[string]bool // inbox counters found without a hash once (inboxLoop's)
-
 	cacheMu sync.Mutex
 	cache   map[string]cachedState
 
@@ -218,7 +216,7 @@ func New(cfg Config) (*Service, error) {
 	var id [8]byte
 	rand.Read(id[:])
 	s := &Service{cfg: cfg, me: hex.EncodeToString(id[:]), dirty: make(map[string]dirtyMark),
-		cache: make(map[string]cachedState), stop: make(chan struct{}), emptyOnce: make(map[string]bool)}
+		cache: make(map[string]cachedState), stop: make(chan struct{})}
 	for _, p := range cfg.Peers {
 		s.peers = append(s.peers, p.Name)
 		s.links = append(s.links, &link{name: p.Name, connect: p.Connect, stats: LinkStats{Peer: p.Name}})

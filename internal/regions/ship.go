@@ -203,8 +203,8 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		return 0, 0, nil // the lease was lost meanwhile
 	}
 	var shippedKeys []string
-	var pairs [][]string // per counter of shippedKeys: its records' names and values
-	var hints rueidis.Commands
+	var pairs [][]string       // per counter of shippedKeys: its records' names and values
+	var hints rueidis.Commands // sent once the records are there
 	now := s.cfg.Clock.Now()
 	n, size := 0, 0
 	for _, k := range keys {
@@ -242,25 +242,24 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		}
 		calls[i] = call{s: applyManyScript, keys: []string{g.bucket}, args: args}
 	}
-	// One round to the peer: whether it knows this region, the records,
-	// its inbox (its lease holder keeps what arrived in its durable
-	// store) and its deadline schedule.
-	hints = append(hints, markCmds(l.client, shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
+	// A first round to the peer: whether it knows this region, its set
+	// of counters with a hash, and the records.
+	cmds := rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}
 	byShard := make(map[int][]string)
 	for _, k := range shippedKeys {
 		byShard[shardOf(k)] = append(byShard[shardOf(k)], k)
 	}
 	for sh, ks := range byShard {
-		hints = append(hints, l.client.B().Sadd().Key(hasKey(sh)).Member(ks...).Build())
+		cmds = append(cmds, l.client.B().Sadd().Key(hasKey(sh)).Member(ks...).Build())
 	}
-	res := round(ctx, l.client, append(rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}, hints...), calls)
+	res := round(ctx, l.client, cmds, calls)
 	for _, r := range res[1:] {
 		if err := r.Error(); err != nil {
 			return 0, 0, err
 		}
 	}
 	answers := make([]int64, len(shippedKeys))
-	for i, r := range res[1+len(hints):] {
+	for i, r := range res[len(cmds):] {
 		arr, err := r.ToArray()
 		if err == nil && len(arr) != len(groups[i].at) {
 			err = fmt.Errorf("regions: ship: %d answers for %d counters", len(arr), len(groups[i].at))
@@ -289,17 +288,19 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			}
 		}
 	}
-	if err := res[0].Error(); rueidis.IsRedisNil(err) {
-		if err := s.resync(ctx, l); err != nil {
-			return n, size, err
+	// A second round, once the records are there: the peer's inbox (its
+	// lease holder keeps what its cache holds in its durable store) and
+	// its deadline schedule. Sent with the records, a mark could reach
+	// its node before they reach theirs (other nodes, or a script the
+	// node did not know yet): the holder would find nothing to keep, or
+	// no register to look at, and take the mark off for good.
+	if len(shippedKeys) > 0 {
+		hints = append(hints, markCmds(l.client, shippedKeys, func(shard int) []string { return []string{boxKey("in", shard, "")} })...)
+		for _, r := range l.client.DoMulti(ctx, hints...) {
+			if err := r.Error(); err != nil {
+				return 0, 0, err
+			}
 		}
-	} else if err != nil {
-		return 0, 0, err
-	}
-	// Acknowledged: the counters shipped; the others go to the end of
-	// the outbox.
-	if err := ack(ctx, s.cfg.Local, taken, func(k string) bool { return ready[k] }); err != nil {
-		return n, size, err
 	}
 	if s.cfg.Durable != nil {
 		var own []durable.RegionPart
@@ -311,9 +312,27 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 			// (an exact read here subtracts them too).
 			own = append(own, recs[k]...)
 		}
+		// Kept before the acknowledgement, so that a failed save leaves
+		// the counters in the outbox for the next round, and before a
+		// resync, which ships again what the durable store holds: the
+		// peer's cache may have lost these records since they arrived.
 		if err := s.cfg.Durable.SaveRegionParts(ctx, own); err != nil {
 			return n, size, err
 		}
+	}
+	// The peer does not know this region (it is new, or its cache came
+	// back empty): it gets everything again.
+	if err := res[0].Error(); rueidis.IsRedisNil(err) {
+		if err := s.resync(ctx, l); err != nil {
+			return n, size, err
+		}
+	} else if err != nil {
+		return 0, 0, err
+	}
+	// Acknowledged: the counters shipped; the others go to the end of
+	// the outbox.
+	if err := ack(ctx, s.cfg.Local, taken, func(k string) bool { return ready[k] }); err != nil {
+		return n, size, err
 	}
 	return n, size, nil
 }
@@ -751,21 +770,8 @@ func (s *Service) drainInbox(boxes []string) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// A counter whose hash is still empty was marked in the same round
-	// as its records, which a node that did not know the receiving
-	// script yet ran in a second round: it goes back into the inbox, to
-	// be drained again (and acknowledged then even if still empty: its
-	// hash was collected).
-	wait := make(map[string]bool)
-	for i, k := range keys {
-		switch {
-		case len(hashes[i]) == 0 && !s.emptyOnce[k]:
-			wait[k] = true
-			s.emptyOnce[k] = true
-		default:
-			delete(s.emptyOnce, k)
-		}
-	}
+	// A peer marks the inbox only once its records are here (see ship):
+	// a counter without a hash was collected since.
 	var parts []durable.RegionPart
 	now := s.cfg.Clock.Now()
 	for i, k := range keys {
@@ -787,8 +793,7 @@ func (s *Service) drainInbox(boxes []string) (more bool, err error) {
 			return false, err
 		}
 	}
-	// A counter put back waits for the next interval, not the next round.
-	return more && len(wait) == 0, ack(ctx, s.cfg.Local, taken, func(k string) bool { return !wait[k] })
+	return more, ack(ctx, s.cfg.Local, taken, func(string) bool { return true })
 }
 
 // checkAlive ships every counter of the region again when the region's
