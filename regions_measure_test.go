@@ -240,6 +240,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		reads0, us0 := socketReads(t, cl), commandTime(t, cl)
 		cpu0, cpuAt := cacheCPU(t, cl), time.Now()
 		peer0, proc0 := cacheCPU(t, w.clusters["us"]), processCPU()
+		peerUs0, peerReads0 := commandTime(t, w.clusters["us"]), socketReads(t, w.clusters["us"])
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -290,6 +291,14 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		reads1, us1 := socketReads(t, cl), commandTime(t, cl)
 		cpu1 := cacheCPU(t, cl)
 		peer1, proc1 := cacheCPU(t, w.clusters["us"]), processCPU()
+		peerUs1, peerReads1 := commandTime(t, w.clusters["us"]), socketReads(t, w.clusters["us"])
+		var peerSpent []string
+		for k, v := range peerUs1 {
+			if d := float64(v-peerUs0[k]) / float64(n.Load()); d >= 0.05 {
+				peerSpent = append(peerSpent, fmt.Sprintf("%s %.2f", k, d))
+			}
+		}
+		slices.Sort(peerSpent)
 		net := cpu1 - cpu0 - idle*time.Since(cpuAt).Seconds()
 		var per []string
 		for k, v := range by {
@@ -312,8 +321,8 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands, %.2f socket reads and %.1f µs of cache CPU per increment, %.1f µs less the idle cluster's (until 2 s after the outbox emptied, %.1f s after the run; per increment: %s)",
 			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), float64(reads1-reads0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()),
 			net*1e6/float64(n.Load()), shipped.Seconds(), strings.Join(per, ", "))
-		t.Logf("long tail, %s: per increment, %.1f µs of the peer's cache CPU (us, idle included), %.1f µs of this process's CPU (the writers, the shipping, the links' fault proxies)",
-			name, (peer1-peer0)*1e6/float64(n.Load()), (proc1-proc0)*1e6/float64(n.Load()))
+		t.Logf("long tail, %s: per increment, %.1f µs of the peer's cache CPU (us, idle included; %.2f socket reads, µs running commands: %s), %.1f µs of this process's CPU (the writers, the shipping, the links' fault proxies)",
+			name, (peer1-peer0)*1e6/float64(n.Load()), float64(peerReads1-peerReads0)/float64(n.Load()), strings.Join(peerSpent, ", "), (proc1-proc0)*1e6/float64(n.Load()))
 	}
 	for range 3 {
 		run("without regions", plain)
