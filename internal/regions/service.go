@@ -24,8 +24,11 @@ const (
 	// DefaultInterval is how often changed counters are shipped.
 	DefaultInterval = time.Second
 	// DefaultBatch is the most counters one shard of an outbox gives one
-	// ship round.
-	DefaultBatch = 1000
+	// ship round (and of an inbox, one drain). A counter marked in two
+	// pushes is read once by a round that takes both, and twice by two
+	// rounds: a batch that holds an interval's pushes at tens of
+	// thousands of increments per second keeps one round per interval.
+	DefaultBatch = 4000
 	// DefaultReadTTL is how long a counter's region hash is cached for
 	// reads.
 	DefaultReadTTL = time.Second
