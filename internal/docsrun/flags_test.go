@@ -80,40 +80,34 @@ func TestDocsFlagsExist(t *testing.T) {
 			any[f] = true
 		}
 	}
-	for _, f := range docFiles(t) {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, f)
-		for i, line := range strings.Split(string(data), "\n") {
-			for _, m := range hotcountCmd.FindAllStringSubmatch(line, -1) {
-				cmd := m[1]
-				name := strings.Fields(cmd)[0]
-				for _, sub := range []string{"cluster up", "cluster down", "cluster status", "bench longtail"} {
-					if strings.HasPrefix(cmd, sub) {
-						name = sub
-					}
-				}
-				fs, ok := flags[name]
-				if !ok {
-					continue // prose: "hotcount absorbs ...", "hotcount help"
-				}
-				// A comment, a pipe into another program or a second
-				// command ends this one.
-				for _, end := range []string{"  #", " && ", "; ", " | "} {
-					cmd, _, _ = strings.Cut(cmd, end)
-				}
-				for _, fm := range docFlag.FindAllStringSubmatch(cmd, -1) {
-					if !fs[fm[1]] {
-						t.Errorf("%s:%d: hotcount %s has no flag --%s", rel, i+1, name, fm[1])
-					}
+	for _, l := range docLines(t) {
+		rel, i, line := l.rel, l.i, l.text
+		for _, m := range hotcountCmd.FindAllStringSubmatch(line, -1) {
+			cmd := m[1]
+			name := strings.Fields(cmd)[0]
+			for _, sub := range []string{"cluster up", "cluster down", "cluster status", "bench longtail"} {
+				if strings.HasPrefix(cmd, sub) {
+					name = sub
 				}
 			}
-			for _, m := range loneFlag.FindAllStringSubmatch(line, -1) {
-				if !any[m[1]] && !otherFlags[m[1]] && !strings.HasSuffix(m[1], "-") {
-					t.Errorf("%s:%d: no hotcount command has the flag --%s", rel, i+1, m[1])
+			fs, ok := flags[name]
+			if !ok {
+				continue // prose: "hotcount absorbs ...", "hotcount help"
+			}
+			// A comment, a pipe into another program or a second
+			// command ends this one.
+			for _, end := range []string{"  #", " && ", "; ", " | "} {
+				cmd, _, _ = strings.Cut(cmd, end)
+			}
+			for _, fm := range docFlag.FindAllStringSubmatch(cmd, -1) {
+				if !fs[fm[1]] {
+					t.Errorf("%s:%d: hotcount %s has no flag --%s", rel, i+1, name, fm[1])
 				}
+			}
+		}
+		for _, m := range loneFlag.FindAllStringSubmatch(line, -1) {
+			if !any[m[1]] && !otherFlags[m[1]] && !strings.HasSuffix(m[1], "-") {
+				t.Errorf("%s:%d: no hotcount command has the flag --%s", rel, i+1, m[1])
 			}
 		}
 	}

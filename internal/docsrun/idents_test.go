@@ -223,6 +223,31 @@ func docFiles(t *testing.T) []string {
 	return files
 }
 
+// docLine is one line of a doc file: the file's path from the module
+// root, the line's index from 0, and its text.
+type docLine struct {
+	rel  string
+	i    int
+	text string
+}
+
+// docLines returns every line of the docs that docFiles lists.
+func docLines(t *testing.T) []docLine {
+	t.Helper()
+	var out []docLine
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for i, line := range strings.Split(string(data), "\n") {
+			out = append(out, docLine{rel, i, line})
+		}
+	}
+	return out
+}
+
 var (
 	// dottedName is a code span holding only a dotted Go name:
 	// `Config.Region`, `proxy.DefaultMaxBulkLen`, `Client.Unpin()`.
@@ -253,33 +278,27 @@ func TestMetricNamesExist(t *testing.T) {
 	if len(g.metrics) < 50 {
 		t.Fatalf("found only %d metric names in the source", len(g.metrics))
 	}
-	for _, f := range docFiles(t) {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, f)
-		for i, line := range strings.Split(string(data), "\n") {
-			for _, m := range docMetric.FindAllString(line, -1) {
-				if prefix, ok := strings.CutSuffix(m, "*"); ok {
-					found := false
-					for name := range g.metrics {
-						found = found || strings.HasPrefix(name, prefix)
-					}
-					if !found {
-						t.Errorf("%s:%d: no metric starts with %s", rel, i+1, prefix)
-					}
-					continue
+	for _, l := range docLines(t) {
+		rel, i, line := l.rel, l.i, l.text
+		for _, m := range docMetric.FindAllString(line, -1) {
+			if prefix, ok := strings.CutSuffix(m, "*"); ok {
+				found := false
+				for name := range g.metrics {
+					found = found || strings.HasPrefix(name, prefix)
 				}
-				base := m
-				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-					if b, ok := strings.CutSuffix(m, suffix); ok && g.metrics[b] {
-						base = b
-					}
+				if !found {
+					t.Errorf("%s:%d: no metric starts with %s", rel, i+1, prefix)
 				}
-				if !g.metrics[base] && !goneMetrics[m] {
-					t.Errorf("%s:%d: %s is not a metric or field of the source", rel, i+1, m)
+				continue
+			}
+			base := m
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(m, suffix); ok && g.metrics[b] {
+					base = b
 				}
+			}
+			if !g.metrics[base] && !goneMetrics[m] {
+				t.Errorf("%s:%d: %s is not a metric or field of the source", rel, i+1, m)
 			}
 		}
 	}
@@ -293,24 +312,18 @@ func TestMetricNamesExist(t *testing.T) {
 // not looked at.
 func TestGoNamesExist(t *testing.T) {
 	g := loadGoNames(t)
-	for _, f := range docFiles(t) {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, f)
-		for i, line := range strings.Split(string(data), "\n") {
-			for _, m := range dottedName.FindAllStringSubmatch(line, -1) {
-				// A path inside the library's Config may leave out
-				// "Config." (`Buffer.HotAt`, `Durability.HealInterval`).
-				if why := g.check(m[1]); why != "" && g.check("Config."+m[1]) != "" {
-					t.Errorf("%s:%d: `%s`: %s", rel, i+1, m[1], why)
-				}
+	for _, l := range docLines(t) {
+		rel, i, line := l.rel, l.i, l.text
+		for _, m := range dottedName.FindAllStringSubmatch(line, -1) {
+			// A path inside the library's Config may leave out
+			// "Config." (`Buffer.HotAt`, `Durability.HealInterval`).
+			if why := g.check(m[1]); why != "" && g.check("Config."+m[1]) != "" {
+				t.Errorf("%s:%d: `%s`: %s", rel, i+1, m[1], why)
 			}
-			for _, m := range bareName.FindAllStringSubmatch(line, -1) {
-				if !g.top[m[1]] {
-					t.Errorf("%s:%d: `%s`: no package has it", rel, i+1, m[1])
-				}
+		}
+		for _, m := range bareName.FindAllStringSubmatch(line, -1) {
+			if !g.top[m[1]] {
+				t.Errorf("%s:%d: `%s`: no package has it", rel, i+1, m[1])
 			}
 		}
 	}
