@@ -61,14 +61,10 @@ func TestApplyManyScript(t *testing.T) {
 			}
 			want[i] = v
 		}
-		groups := bucketGroups(shipped)
+		groups, calls := applyCalls(shipped, pairs)
 		got := make([]int64, len(shipped))
-		for _, g := range groups {
-			var args []string
-			for _, at := range g.at {
-				args = append(append(args, shipped[at], strconv.Itoa(len(pairs[at])/2)), pairs[at]...)
-			}
-			arr, err := round(ctx, many, nil, []call{{s: applyManyScript, keys: []string{g.bucket}, args: args}})[0].ToArray()
+		for i, g := range groups {
+			arr, err := round(ctx, many, nil, calls[i:i+1])[0].ToArray()
 			if err != nil || len(arr) != len(g.at) {
 				t.Fatalf("step %d: %v, %d answers for %d counters", step, err, len(arr), len(g.at))
 			}

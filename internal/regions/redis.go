@@ -775,6 +775,23 @@ func bucketGroups(keys []string) []group {
 	return groups
 }
 
+// applyCalls returns the calls of applyManyScript that write the records
+// of keys, pairs[i] holding the names and values of keys[i]'s records:
+// one call per group of bucketGroups, which it returns too (the answers
+// of call i are those of the counters at groups[i].at).
+func applyCalls(keys []string, pairs [][]string) ([]group, []call) {
+	groups := bucketGroups(keys)
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		var args []string
+		for _, at := range g.at {
+			args = append(append(args, keys[at], strconv.Itoa(len(pairs[at])/2)), pairs[at]...)
+		}
+		calls[i] = call{s: applyManyScript, keys: []string{g.bucket}, args: args}
+	}
+	return groups, calls
+}
+
 // hcall returns the call of script s (a vhash script) on counter key's
 // records, with args after the counter.
 func hcall(s *script, key string, args ...string) call {

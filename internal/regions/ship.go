@@ -233,15 +233,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 	}
 	// The records go in one script call per bucket (applyManyScript),
 	// which acts on each counter as applyScript does.
-	groups := bucketGroups(shippedKeys)
-	calls := make([]call, len(groups))
-	for i, g := range groups {
-		var args []string
-		for _, at := range g.at {
-			args = append(append(args, shippedKeys[at], strconv.Itoa(len(pairs[at])/2)), pairs[at]...)
-		}
-		calls[i] = call{s: applyManyScript, keys: []string{g.bucket}, args: args}
-	}
+	groups, calls := applyCalls(shippedKeys, pairs)
 	// A first round to the peer: whether it knows this region, its set
 	// of counters with a hash, and the records.
 	cmds := rueidis.Commands{l.client.B().Get().Key(seenKey(s.cfg.Region)).Build()}
