@@ -30,15 +30,30 @@ package bench
 // (counter keys, idempotency keys: {K#L}:seq and :tok:, metadata
 // records), and the commands received (INFO commandstats). Its keys are
 // deleted afterwards.
+//
+// The hotcount side of each case (the proxy's Client, the library's
+// Client) gets, with Store "embedded" (the default), the durable store
+// `hotcount serve` and `hotcount proxy --data DIR` open: the SQLite store
+// of a data folder (sqlite.OpenFolder, the same call), here a temporary
+// folder of its own, removed afterwards, with the durability settings at
+// their defaults. Its fast-mode checkpoints then read every touched
+// counter from the cache, as those commands' Clients do (and the Client's
+// start reads the nodes' sentinels); the last round runs when
+// the Client closes, before the state after the load is taken, so its
+// reads are in the case's figures. With Store "none" the Client has no
+// durable store and takes no checkpoints, as `hotcount proxy` without
+// --data or --postgres.
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -50,6 +65,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/proxy"
 	"github.com/hotcount/hotcount/store"
@@ -62,6 +79,19 @@ const (
 	DefaultViralClients = 40
 	DefaultTailRequests = 400_000
 	DefaultLibDuration  = 10 * time.Second
+	// DefaultTailStore is the durable store of the hotcount side.
+	DefaultTailStore = StoreEmbedded
+)
+
+// Durable stores of the hotcount side (LongTailConfig.Store).
+const (
+	// StoreEmbedded is the SQLite store of a data folder, opened as
+	// `hotcount serve` and `hotcount proxy --data DIR` open it, in a
+	// temporary folder: fast-mode checkpoints run.
+	StoreEmbedded = "embedded"
+	// StoreNone is no durable store: no checkpoints, as `hotcount
+	// proxy` without --data or --postgres.
+	StoreNone = "none"
 )
 
 // LongTailConfig configures RunLongTail. Zero values mean the defaults.
@@ -99,6 +129,9 @@ type LongTailConfig struct {
 	// Workloads selects "tail", "mixed" and "reads" (nil: tail and
 	// mixed).
 	Workloads []string
+	// Store is the durable store of the hotcount side: StoreEmbedded or
+	// StoreNone ("": DefaultTailStore).
+	Store string
 	// Log, when set, is told what runs.
 	Log io.Writer
 }
@@ -107,6 +140,14 @@ type LongTailConfig struct {
 type LongTailCase struct {
 	Workload string `json:"workload"`
 	Path     string `json:"path"`
+	// Store is the durable store the hotcount side ran with
+	// (StoreEmbedded or StoreNone); empty in a direct case, which has no
+	// hotcount side.
+	Store string `json:"store"`
+	// CheckpointRows is, with StoreEmbedded, the checkpoint rows the
+	// store held once the hotcount side had closed (one per sub-counter
+	// checkpointed).
+	CheckpointRows int64 `json:"checkpoint_rows"`
 	// Increments is the increments sent; Seconds how long the load ran.
 	Increments int64   `json:"increments"`
 	Seconds    float64 `json:"seconds"`
@@ -164,9 +205,11 @@ type LongTailRatio struct {
 
 // LongTailReport is the outcome of RunLongTail.
 type LongTailReport struct {
-	Primaries []string        `json:"primaries"`
-	Cases     []LongTailCase  `json:"cases"`
-	Ratios    []LongTailRatio `json:"ratios"`
+	Primaries []string `json:"primaries"`
+	// Store is the durable store of the hotcount cases (LongTailConfig.Store).
+	Store  string          `json:"store"`
+	Cases  []LongTailCase  `json:"cases"`
+	Ratios []LongTailRatio `json:"ratios"`
 }
 
 func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
@@ -200,6 +243,12 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 	if c.Workloads == nil {
 		c.Workloads = []string{"tail", "mixed"}
 	}
+	if c.Store == "" {
+		c.Store = DefaultTailStore
+	}
+	if c.Store != StoreEmbedded && c.Store != StoreNone {
+		return c, fmt.Errorf("%w: longtail store %q (want %s or %s)", ErrConfig, c.Store, StoreEmbedded, StoreNone)
+	}
 	for _, p := range c.Paths {
 		if p != "proxy" && p != "library" {
 			return c, fmt.Errorf("%w: longtail path %q (want proxy or library)", ErrConfig, p)
@@ -226,6 +275,9 @@ type ltRun struct {
 	// refused counts increments the library case's buffer refused with
 	// ErrBackpressure (each waited 1 ms and was tried again).
 	refused atomic.Int64
+	// ckRows is the checkpoint rows the last hotcount side's store held
+	// when it closed.
+	ckRows atomic.Int64
 }
 
 // RunLongTail runs the long-tail benchmark.
@@ -253,7 +305,7 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 		return nil, err
 	}
 	r := &ltRun{cfg: cfg, b: rb, nodes: append([]string(nil), topo.Nodes...), topo: topo, run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
-	rep := &LongTailReport{Primaries: r.nodes}
+	rep := &LongTailReport{Primaries: r.nodes, Store: cfg.Store}
 	for _, w := range cfg.Workloads {
 		for _, p := range cfg.Paths {
 			var pair [2]LongTailCase
@@ -390,7 +442,10 @@ func (r *ltRun) measure(ctx context.Context, w, path string, load loadFunc) (Lon
 func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load loadFunc) (LongTailCase, error) {
 	pfx := "lt" + r.run + ":" + strings.ReplaceAll(path, " ", "") + ":" + w + ":"
 	c := LongTailCase{Workload: w, Path: path}
-	fmt.Fprintf(r.cfg.Log, "longtail: %s, %s ...\n", w, path)
+	if path != "direct" && path != "direct slow" && path != "library direct" {
+		c.Store = r.cfg.Store
+	}
+	fmt.Fprintf(r.cfg.Log, "longtail: %s, %s (store %s) ...\n", w, path, cmp.Or(c.Store, "-"))
 	viralNode := r.nodeOf(pfx + "viral")
 	if setup != nil {
 		if _, _, _, err := setup(ctx, "tail", pfx); err != nil {
@@ -398,6 +453,7 @@ func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load lo
 		}
 	}
 	r.refused.Store(0)
+	r.ckRows.Store(0)
 	before, err := r.state(ctx, viralNode)
 	if err != nil {
 		return c, err
@@ -411,6 +467,7 @@ func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load lo
 		return c, err
 	}
 	c.Increments, c.Seconds, c.Refused = incrs, d.Seconds(), r.refused.Load()
+	c.CheckpointRows = r.ckRows.Load()
 	c.CPUSeconds = after.cpu - before.cpu
 	c.CPUPerIncrUS = div(c.CPUSeconds*1e6, float64(incrs))
 	c.BytesAdded, c.KeysAdded = after.mem-before.mem, after.keys-before.keys
@@ -548,11 +605,18 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 
 // benchProxy sends the workload through a hotcount proxy in front of
 // the cluster, with the counters in one buffered namespace.
-func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, time.Duration, error) {
+func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (incrs, viral int64, d time.Duration, err error) {
+	db, closeDB, err := r.openStore(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { err = errors.Join(err, closeDB()) }()
 	hc, err := hotcount.New(ctx, hotcount.Config{
-		// As `hotcount proxy` sets it.
+		// As `hotcount proxy` sets it (with --data DIR, or without a
+		// durable store: r.cfg.Store).
 		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis, FlushDelay: r.cfg.UpstreamDelay},
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
+		Durability: hotcount.DurabilityConfig{Store: db},
 	})
 	if err != nil {
 		return 0, 0, 0, err
@@ -571,13 +635,41 @@ func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (int64, int64, ti
 	go func() { done <- srv.Serve(ln) }()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	at := []string{"-h", host, "-p", port}
-	incrs, viral, d, err := r.drive(ctx, w, at, pfx, at, pfx+"viral")
+	incrs, viral, d, err = r.drive(ctx, w, at, pfx, at, pfx+"viral")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = errors.Join(err, srv.Shutdown(sctx))
 	<-done
-	err = errors.Join(err, hc.Close(sctx)) // every buffered delta written
+	// Every buffered delta written, then the last checkpoint round.
+	err = errors.Join(err, hc.Close(sctx))
 	return incrs, viral, d, err
+}
+
+// openStore opens the durable store of a hotcount side (nil with
+// StoreNone): with StoreEmbedded, the SQLite store of a new temporary data
+// folder, opened as `hotcount serve` opens it in front of a Redis Cluster
+// (sqlite.OpenFolder, shared lock, default settings). done, called once
+// the Client has closed, records the checkpoint rows the store holds in
+// r.ckRows, closes it and removes the folder.
+func (r *ltRun) openStore(ctx context.Context) (db durable.Backend, done func() error, err error) {
+	if r.cfg.Store == StoreNone {
+		return nil, func() error { return nil }, nil
+	}
+	dir, err := os.MkdirTemp("", "hotcount-longtail-")
+	if err != nil {
+		return nil, nil, err
+	}
+	sdb, err := sqlite.OpenFolder(ctx, dir, false)
+	if err != nil {
+		return nil, nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	return sdb, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := sdb.Stats(sctx)
+		r.ckRows.Store(st.Rows["checkpoints"])
+		return errors.Join(err, sdb.Close(), os.RemoveAll(dir))
+	}, nil
 }
 
 // drive runs redis-benchmark for workload w: the tail (-r Keys) with
@@ -649,10 +741,16 @@ func (r *ltRun) libDirect(ctx context.Context, w, pfx string, rate *[2]float64) 
 
 // library drives the workload through Client.Incr of a buffered
 // namespace, paced at the rates libDirect reached.
-func (r *ltRun) library(ctx context.Context, w, pfx string, rate [2]float64) (int64, int64, time.Duration, error) {
+func (r *ltRun) library(ctx context.Context, w, pfx string, rate [2]float64) (incrs, viral int64, d time.Duration, err error) {
+	db, closeDB, err := r.openStore(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { err = errors.Join(err, closeDB()) }()
 	hc, err := hotcount.New(ctx, hotcount.Config{
 		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis},
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
+		Durability: hotcount.DurabilityConfig{Store: db},
 	})
 	if err != nil {
 		return 0, 0, 0, err
@@ -754,16 +852,22 @@ func keyspaceKeys(s string) int64 {
 // WriteText prints the report as a table and its ratios.
 func (rep *LongTailReport) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "%d primaries: %s\n\n", len(rep.Primaries), strings.Join(rep.Primaries, " "))
-	fmt.Fprintf(bw, "%-9s %-15s %11s %8s %9s %11s %10s %9s %9s %7s %8s %9s %8s %9s\n", "workload", "path", "increments", "incr/s", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in", "reads/in", "cmd/incr")
+	fmt.Fprintf(bw, "%d primaries: %s\n", len(rep.Primaries), strings.Join(rep.Primaries, " "))
+	fmt.Fprintf(bw, "durable store of the hotcount cases: %s\n\n", cmp.Or(rep.Store, "-"))
+	fmt.Fprintf(bw, "%-9s %-15s %-8s %11s %8s %9s %11s %10s %9s %9s %7s %8s %9s %8s %9s\n", "workload", "path", "store", "increments", "incr/s", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in", "reads/in", "cmd/incr")
 	for _, c := range rep.Cases {
-		fmt.Fprintf(bw, "%-9s %-15s %11d %8.0f %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f %8.3f %7.2fµs\n",
-			c.Workload, c.Path, c.Increments, div(float64(c.Increments), c.Seconds), c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr, c.ReadsPerIncr, c.CommandUSPerIncr)
+		fmt.Fprintf(bw, "%-9s %-15s %-8s %11d %8.0f %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f %8.3f %7.2fµs\n",
+			c.Workload, c.Path, cmp.Or(c.Store, "-"), c.Increments, div(float64(c.Increments), c.Seconds), c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr, c.ReadsPerIncr, c.CommandUSPerIncr)
 	}
 	fmt.Fprintln(bw)
 	for _, c := range rep.Cases {
 		if c.ViralWritesPerIncr > 0 {
 			fmt.Fprintf(bw, "%s, %s: the viral key reached the cache as at most %.4f writes per increment (1/%.0f)\n", c.Workload, c.Path, c.ViralWritesPerIncr, 1/c.ViralWritesPerIncr)
+		}
+	}
+	for _, c := range rep.Cases {
+		if c.Store == StoreEmbedded {
+			fmt.Fprintf(bw, "%s, %s: the embedded store held %d checkpoint rows after the run\n", c.Workload, c.Path, c.CheckpointRows)
 		}
 	}
 	for _, r := range rep.Ratios {

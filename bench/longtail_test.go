@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os/exec"
@@ -98,5 +99,60 @@ func TestLongTailReads(t *testing.T) {
 	// A counter read again within the proxy's estimate TTL costs nothing.
 	if proxied.Path != "proxy" || proxied.Commands["get"] == 0 || proxied.WritesPerIncr > 3 || proxied.Commands["incrby"]+proxied.Commands["evalsha"] != 0 {
 		t.Fatalf("proxy reads: %.2f commands per GET: %+v", proxied.WritesPerIncr, proxied)
+	}
+}
+
+// TestLongTailStore: with the embedded store (the default) the hotcount
+// side of the proxy and library cases takes fast-mode checkpoints, and
+// the last round, run as the Client closes, is in the case's figures: the
+// store holds a checkpoint for every counter written, and the proxy
+// case's cache saw a GET of each (the proxy itself sends the cold tail
+// none); with none there is no checkpoint and the proxy case no GET.
+// Every case says which store it ran with.
+func TestLongTailStore(t *testing.T) {
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		t.Fatalf("redis-benchmark not found (scripts/test installs redis-tools): %v", err)
+	}
+	for _, store := range []string{"", StoreNone} {
+		t.Run(cmp.Or(store, "default"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := RunLongTail(ctx, LongTailConfig{Redis: cluster.Seeds(), Keys: 500, TailClients: 4, Requests: 1000, LibDuration: 200 * time.Millisecond, Workloads: []string{"tail"}, Store: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := cmp.Or(store, StoreEmbedded)
+			if rep.Store != want || len(rep.Cases) != 4 {
+				t.Fatalf("store %q, %d cases", rep.Store, len(rep.Cases))
+			}
+			for _, c := range rep.Cases {
+				if c.Path == "direct" || c.Path == "library direct" {
+					if c.Store != "" || c.CheckpointRows != 0 {
+						t.Fatalf("direct case with a store: %+v", c)
+					}
+					continue
+				}
+				if c.Store != want || c.Counters == 0 {
+					t.Fatalf("%s case: %+v", want, c)
+				}
+				gets := c.Commands["get"]
+				if c.Path == "library" {
+					gets = -1 // the library case reads its counters itself
+				}
+				switch {
+				case want == StoreEmbedded && (c.CheckpointRows < c.Counters || gets >= 0 && gets < c.Counters):
+					t.Fatalf("%s: %d checkpoint rows and %d GETs for %d counters", c.Path, c.CheckpointRows, gets, c.Counters)
+				case want == StoreNone && (c.CheckpointRows != 0 || gets > 0):
+					t.Fatalf("%s without a store: %d checkpoint rows, %d GETs", c.Path, c.CheckpointRows, gets)
+				}
+			}
+			var out bytes.Buffer
+			if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "durable store of the hotcount cases: "+want) {
+				t.Fatalf("report: %v\n%s", err, out.String())
+			}
+		})
+	}
+	if _, err := RunLongTail(context.Background(), LongTailConfig{Redis: cluster.Seeds(), Store: "sqlite"}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("unknown store: %v", err)
 	}
 }

@@ -86,13 +86,15 @@ const embeddedAOF = "cache.aof"
 // folder is locked first (see internal/dirlock): exclusively when this
 // process holds the embedded cache (no Redis), which lives in one process
 // only; shared when the store stands behind a Redis Cluster, where many
-// processes may share it. release closes the store and drops the lock.
+// processes may share it (sqlite.OpenFolder, which bench longtail uses
+// too). release closes the store and drops the lock.
 func openDurable(ctx context.Context, cfg serveConfig) (db durable.Backend, release func() error, err error) {
-	take := dirlock.Shared
-	if len(cfg.Redis) == 0 {
-		take = dirlock.Exclusive // the embedded store's file lives there too
-	}
+	exclusive := len(cfg.Redis) == 0 // the embedded store's file lives there too
 	if cfg.Postgres != "" {
+		take := dirlock.Shared
+		if exclusive {
+			take = dirlock.Exclusive
+		}
 		if len(cfg.Redis) > 0 || cfg.Data == "" {
 			db, err = postgres.Open(ctx, postgres.Config{URL: cfg.Postgres})
 			if err != nil {
@@ -111,16 +113,11 @@ func openDurable(ctx context.Context, cfg serveConfig) (db durable.Backend, rele
 		}
 		return db, func() error { return errors.Join(db.Close(), lock.Release()) }, nil
 	}
-	lock, err := take(cfg.Data)
+	sdb, err := sqlite.OpenFolder(ctx, cfg.Data, exclusive)
 	if err != nil {
 		return nil, nil, err
 	}
-	db, err = sqlite.Open(ctx, sqlite.Config{Dir: cfg.Data})
-	if err != nil {
-		lock.Release()
-		return nil, nil, err
-	}
-	return db, func() error { return errors.Join(db.Close(), lock.Release()) }, nil
+	return sdb, sdb.Close, nil
 }
 
 // logger returns the log of serve on stderr, in the configured format.

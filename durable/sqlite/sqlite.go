@@ -38,6 +38,7 @@ import (
 	"github.com/hotcount/hotcount/clock"
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/internal/sqlkit"
+	"github.com/hotcount/hotcount/internal/dirlock"
 )
 
 // Defaults of Config.
@@ -89,7 +90,8 @@ type DB struct {
 	clock  clock.Clock
 	path   string
 	id     string
-	legacy atomic.Int64 // until when (Unix ns) unscoped IDs may be found
+	legacy atomic.Int64  // until when (Unix ns) unscoped IDs may be found
+	lock   *dirlock.Lock // the data folder's lock (OpenFolder), released by Close
 }
 
 var _ durable.Backend = (*DB)(nil)
@@ -148,6 +150,31 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	return db, nil
 }
 
+// OpenFolder opens the store in the data folder dir as `hotcount serve`
+// and `hotcount proxy --data` do: it locks the folder first (see
+// internal/dirlock), exclusively when exclusive (the process also keeps
+// the embedded cache's file there, which lives in one process only),
+// shared otherwise (processes in front of one Redis Cluster may share the
+// folder), then opens dir's database file with the other settings at
+// their defaults. A folder another process holds fails with an error that
+// wraps dirlock.ErrLocked. Close releases the lock.
+func OpenFolder(ctx context.Context, dir string, exclusive bool) (*DB, error) {
+	take := dirlock.Shared
+	if exclusive {
+		take = dirlock.Exclusive
+	}
+	lock, err := take(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := Open(ctx, Config{Dir: dir})
+	if err != nil {
+		return nil, errors.Join(err, lock.Release())
+	}
+	db.lock = lock
+	return db, nil
+}
+
 func cmpOr[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -162,12 +189,17 @@ func (db *DB) Path() string { return db.path }
 // StoreID implements durable.Backend.
 func (db *DB) StoreID() string { return db.id }
 
-// Close closes both pools. It is idempotent.
+// Close closes both pools and releases the data folder's lock
+// (OpenFolder). It is idempotent.
 func (db *DB) Close() error {
 	if !sqlkit.Shut(db.common) {
 		return nil
 	}
-	return errors.Join(db.r.Close(), db.w.Close())
+	err := errors.Join(db.r.Close(), db.w.Close())
+	if db.lock != nil {
+		err = errors.Join(err, db.lock.Release())
+	}
+	return err
 }
 
 func (db *DB) check() error { return sqlkit.Check(db.common) }

@@ -12,6 +12,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/durable/durabletest"
 	"github.com/hotcount/hotcount/durable/sqlite"
+	"github.com/hotcount/hotcount/internal/dirlock"
 )
 
 func dir(t *testing.T) string {
@@ -159,3 +160,36 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestOpenFolder: a folder opened exclusively refuses a second opener
+// until Close releases its lock; shared openers run side by side.
+func TestOpenFolder(t *testing.T) {
+	ctx := context.Background()
+	d := t.TempDir()
+	db, err := sqlite.OpenFolder(ctx, d, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.OpenFolder(ctx, d, false); !errors.Is(err, dirlock.ErrLocked) {
+		t.Fatalf("second opener beside an exclusive one: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	a, err := sqlite.OpenFolder(ctx, d, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlite.OpenFolder(ctx, d, false)
+	if err != nil {
+		t.Fatalf("two shared openers: %v", err)
+	}
+	defer b.Close()
+	if a.Path() != filepath.Join(d, sqlite.DefaultFileName) {
+		t.Fatalf("path %s", a.Path())
+	}
+}
