@@ -199,8 +199,14 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 		c.touch(n, key)
 		err = c.eng.Add(n, key, delta)
 	default:
-		c.touch(n, key)
+		var w durability.Write
+		if c.dur != nil {
+			w = c.dur.TouchWrite(n, strings.Clone(key))
+		}
 		err = c.eng.Incr(ctx, key, delta)
+		if c.dur != nil {
+			c.dur.Wrote(w, err == nil)
+		}
 	}
 	if c.reg != nil && err == nil {
 		// A buffered delta reaches the cache a flush later: its counter
@@ -243,10 +249,16 @@ func (c *Client) IncrValue(ctx context.Context, key string, delta int64) (value 
 	if n.Mode != ModeFast || !n.Buffered {
 		return 0, false, c.incr(ctx, key, delta, "")
 	}
+	var w durability.Write
 	if c.dur != nil {
-		c.dur.Touch(n, strings.Clone(key))
+		w = c.dur.TouchWrite(n, strings.Clone(key))
 	}
 	v, exact, ok, err := c.eng.IncrDirect(ctx, n, key, delta)
+	if c.dur != nil {
+		// Buffered (not ok), the delta lands a flush later: not a write
+		// acknowledged here.
+		c.dur.Wrote(w, ok && err == nil)
+	}
 	switch {
 	case !ok:
 	case err == nil:

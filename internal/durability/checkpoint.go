@@ -12,9 +12,16 @@ package durability
 // sub-key "{K#L}". A checkpoint is an absolute value with the time it was
 // read, and the durable store keeps the newest, so saving one twice, or a
 // late save of an older reading, changes nothing. A counter stays watched
-// while it is touched or has unflushed buffered deltas, and for two
-// intervals after that (so a write that lands after the round that saw its
-// touch is still saved); at most MaxTracked counters are watched.
+// while it is touched or has unflushed buffered deltas. A counter written
+// only by unbuffered increments that the cache acknowledged leaves the
+// watch once a good round (every node intact) listed it after the last
+// reply: that round read what they wrote, so a long tail of counters
+// written once each costs one read each. Any other counter (a buffered
+// delta lands a flush later; a write without a reply may still land) stays
+// for two intervals after its last touch, and until a good round listed
+// it at least the longest flush interval plus Timeout after that touch, so
+// a write that lands after the round that saw its touch is still saved. At
+// most MaxTracked counters are watched.
 //
 // # Detecting cache loss
 //
@@ -148,8 +155,19 @@ type CheckpointReport struct {
 }
 
 // touchEntry is the last touch of a watched counter, in Unix nanoseconds,
-// or deadTouch once retired.
-type touchEntry struct{ at atomic.Int64 }
+// or deadTouch once retired. A write that reports its outcome (an
+// unbuffered one: Service.TouchWrite) also counts itself in flight until
+// it completes, and a successful one sets done to when its reply came: a
+// counter written only by such writes, with nothing in flight, is in the
+// cache as written, and one good round that listed it after done has
+// saved it. Any other touch (a buffered delta, a write that failed) makes
+// the entry unsure: the idle rule alone retires it.
+type touchEntry struct {
+	at       atomic.Int64
+	done     atomic.Int64 // unix ns of the last acknowledged write's reply (0: none)
+	inflight atomic.Int64 // writes touched with Write and not completed
+	unsure   atomic.Bool  // touched other than by an acknowledged write
+}
 
 const deadTouch = math.MinInt64
 
@@ -169,16 +187,17 @@ type checkpointer struct {
 	clearedMu sync.Mutex
 	clears    []string // counters cleared since the last round
 
-	mu       sync.Mutex                    // one round at a time; guards the fields below
-	listed   int64                         // unix ns the last good round listed its counters (0: none yet)
-	saved    map[string]map[string]savedCP // counter key → sub-key → last save
-	known    map[string]int64              // sentinel key → accepted incarnation
-	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
-	topo     *store.Topology               // the topology sentKeys belongs to
-	sentKeys []string                      // sentinel key per node index ("" without slots)
-	restores []Restore
-	mark     int64                 // this store's mark (0: the store has no identity)
-	dls      map[string]recordedDL // counter key → deadline this process recorded with its checkpoints
+	mu        sync.Mutex                    // one round at a time; guards the fields below
+	listed    int64                         // unix ns the last good round listed its counters (0: none yet)
+	listedAll int64                         // the same, of the last good round that skipped no node
+	saved     map[string]map[string]savedCP // counter key → sub-key → last save
+	known     map[string]int64              // sentinel key → accepted incarnation
+	lastOK    map[string]time.Time          // sentinel key → last read that found it intact
+	topo      *store.Topology               // the topology sentKeys belongs to
+	sentKeys  []string                      // sentinel key per node index ("" without slots)
+	restores  []Restore
+	mark      int64                 // this store's mark (0: the store has no identity)
+	dls       map[string]recordedDL // counter key → deadline this process recorded with its checkpoints
 
 	lastRound                                          atomic.Int64 // unix ns of the last good round
 	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
@@ -240,7 +259,12 @@ func (ck *checkpointer) markNode(ctx context.Context, key string, cur, inc int64
 // touch marks a fast-mode counter for the next checkpoint. An entry the
 // checkpointer retired (at == deadTouch) is replaced, never revived, so a
 // touch racing with the retirement is not lost.
-func (ck *checkpointer) touch(key string) {
+func (ck *checkpointer) touch(key string) { ck.touchEntry(key, false) }
+
+// touchEntry is touch; with write, the write is also counted in flight on
+// the entry returned (nil when the counter is not watched), which the
+// caller completes with wrote.
+func (ck *checkpointer) touchEntry(key string, write bool) *touchEntry {
 	now := ck.d.cfg.Clock.Now().UnixNano()
 	for {
 		v, ok := ck.touched.Load(key)
@@ -248,17 +272,30 @@ func (ck *checkpointer) touch(key string) {
 			break
 		}
 		e := v.(*touchEntry)
+		if write {
+			// Counted before the touch is stored, so that a round that
+			// sees the touch sees the write in flight too.
+			e.inflight.Add(1)
+		}
 		old := e.at.Load()
 		if old == deadTouch {
-			ne := &touchEntry{}
-			ne.at.Store(now)
+			if write {
+				e.inflight.Add(-1)
+			}
+			ne := newTouchEntry(now, write)
 			if ck.touched.CompareAndSwap(key, v, ne) {
-				return // the retiring round counts the entry out; we count it in
+				return ne // the retiring round counts the entry out; we count it in
 			}
 			continue
 		}
+		if !write && !e.unsure.Load() {
+			e.unsure.Store(true) // a buffered delta: when it lands is not known here
+		}
 		if now-old <= int64(time.Millisecond) || e.at.CompareAndSwap(old, now) {
-			return
+			return e
+		}
+		if write {
+			e.inflight.Add(-1)
 		}
 	}
 	if ck.ntracked.Load() >= MaxTracked {
@@ -267,15 +304,52 @@ func (ck *checkpointer) touch(key string) {
 		case ck.kick <- struct{}{}:
 		default:
 		}
-		return
+		return nil
 	}
-	e := &touchEntry{}
-	e.at.Store(now)
+	e := newTouchEntry(now, write)
 	if _, loaded := ck.touched.LoadOrStore(key, e); loaded {
-		ck.touch(key) // lost a race: update the entry that won
-		return
+		return ck.touchEntry(key, write) // lost a race: update the entry that won
 	}
 	ck.ntracked.Add(1)
+	return e
+}
+
+// newTouchEntry returns the entry of a first touch at now: a write's (in
+// flight), or another's (unsure: a buffered delta).
+func newTouchEntry(now int64, write bool) *touchEntry {
+	e := &touchEntry{}
+	e.at.Store(now)
+	if write {
+		e.inflight.Store(1)
+	} else {
+		e.unsure.Store(true)
+	}
+	return e
+}
+
+// wrote completes a write counted by touchEntry: acknowledged (ok), its
+// reply time becomes the entry's done; otherwise (not written, or no
+// reply) its outcome may still show in the cache, so the entry is left to
+// the idle rule alone, and the write counts as a touch now.
+func (ck *checkpointer) wrote(e *touchEntry, ok bool) {
+	if e == nil {
+		return
+	}
+	now := ck.d.cfg.Clock.Now().UnixNano()
+	if ok {
+		for {
+			old := e.done.Load()
+			if old >= now || e.done.CompareAndSwap(old, now) {
+				break
+			}
+		}
+	} else {
+		e.unsure.Store(true)
+		if at := e.at.Load(); at != deadTouch && at < now {
+			e.at.CompareAndSwap(at, now)
+		}
+	}
+	e.inflight.Add(-1)
 }
 
 // cleared notes that counter key was cleared in the store: the next round
@@ -362,6 +436,9 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 		}
 	}
 	ck.listed = listed
+	if rep.Skipped == 0 {
+		ck.listedAll = listed
+	}
 	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
 	return rep, nil
 }
@@ -422,9 +499,15 @@ func (ck *checkpointer) watched() []string {
 		key := k.(string)
 		e := v.(*touchEntry)
 		at := e.at.Load()
-		if at != deadTouch && at < cut && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
+		// Its writes all acknowledged (none in flight, the last reply
+		// after the last touch), and a good round of every node listed
+		// it after that reply: that round read what they wrote.
+		done := e.done.Load()
+		landed := e.inflight.Load() == 0 && !e.unsure.Load() && done >= at && done < ck.listedAll
+		if at != deadTouch && (at < cut || landed) && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
 			// Idle since at least two intervals, and a good round that
-			// started after its last writes saved them.
+			// started after its last writes saved them; or written only
+			// by acknowledged writes that such a round read.
 			ck.touched.CompareAndDelete(key, v)
 			ck.ntracked.Add(-1)
 			for sub := range ck.saved[key] {

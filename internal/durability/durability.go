@@ -184,6 +184,24 @@ func (d *Service) Touch(n *ns.Namespace, key string) {
 	d.noteTTL(n, key)
 }
 
+// Write is an unbuffered fast-mode write noted by TouchWrite, whose
+// outcome Wrote reports.
+type Write struct{ e *touchEntry }
+
+// TouchWrite is Touch for an increment written to the cache at once (not
+// buffered): the caller reports its outcome with Wrote. A counter written
+// only that way, every write acknowledged, leaves the checkpoint watch
+// after one round has read it, instead of after two idle intervals.
+func (d *Service) TouchWrite(n *ns.Namespace, key string) Write {
+	e := d.ck.touchEntry(key, true)
+	d.noteTTL(n, key)
+	return Write{e}
+}
+
+// Wrote reports the outcome of a write noted by TouchWrite: ok when the
+// cache acknowledged it.
+func (d *Service) Wrote(w Write, ok bool) { d.ck.wrote(w.e, ok) }
+
 // Commit appends one durable-mode event, waits for its batch to commit and
 // hands the delta to the engine's buffer. A duplicate id is acknowledged
 // and not applied. An empty id gets a random one.
