@@ -32,17 +32,18 @@ package bench
 // deleted afterwards.
 //
 // The hotcount side of each case (the proxy's Client, the library's
-// Client) gets, with Store "embedded" (the default), the durable store
-// `hotcount serve` and `hotcount proxy --data DIR` open: the SQLite store
+// Client) gets, with Store "embedded", the durable store `hotcount serve`
+// and `hotcount proxy --data DIR` open: the SQLite store
 // of a data folder (sqlite.OpenFolder, the same call), here a temporary
 // folder of its own, removed afterwards, with the durability settings at
 // their defaults. Its fast-mode checkpoints then read every touched
 // counter from the cache, as those commands' Clients do (and the Client's
 // start reads the nodes' sentinels); the last round runs when
 // the Client closes, before the state after the load is taken, so its
-// reads are in the case's figures. With Store "none" the Client has no
-// durable store and takes no checkpoints, as `hotcount proxy` without
-// --data or --postgres.
+// reads are in the case's figures. With Store "none" (the default) the
+// Client has no durable store and takes no checkpoints, as `hotcount
+// proxy` runs with no flags (without --data or --postgres), the proxy the
+// long-tail targets are stated for.
 
 import (
 	"bufio"
@@ -80,7 +81,7 @@ const (
 	DefaultTailRequests = 400_000
 	DefaultLibDuration  = 10 * time.Second
 	// DefaultTailStore is the durable store of the hotcount side.
-	DefaultTailStore = StoreEmbedded
+	DefaultTailStore = StoreNone
 )
 
 // Durable stores of the hotcount side (LongTailConfig.Store).
