@@ -14,9 +14,9 @@ package durability
 // late save of an older reading, changes nothing. A counter stays watched
 // while it is touched or has unflushed buffered deltas. A counter written
 // only by unbuffered increments that the cache acknowledged leaves the
-// watch once a good round (every node intact) listed it after the last
-// reply: that round read what they wrote, so a long tail of counters
-// written once each costs one read each. Any other counter (a buffered
+// watch once a round that saved it with every node intact sent its read
+// after the last reply: that read saw what they wrote, so a long tail of
+// counters written once each costs about one read each. Any other counter (a buffered
 // delta lands a flush later; a write without a reply may still land) stays
 // for two intervals after its last touch, and until a good round listed
 // it at least the longest flush interval plus Timeout after that touch, so
@@ -83,6 +83,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/internal/engine"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -159,14 +160,15 @@ type CheckpointReport struct {
 // unbuffered one: Service.TouchWrite) also counts itself in flight until
 // it completes, and a successful one sets done to when its reply came: a
 // counter written only by such writes, with nothing in flight, is in the
-// cache as written, and one good round that listed it after done has
-// saved it. Any other touch (a buffered delta, a write that failed) makes
+// cache as written, and a read sent after done, by a round that saved it
+// with every node intact (readAt), has saved it. Any other touch (a buffered delta, a write that failed) makes
 // the entry unsure: the idle rule alone retires it.
 type touchEntry struct {
 	at       atomic.Int64
 	done     atomic.Int64 // unix ns of the last acknowledged write's reply (0: none)
 	inflight atomic.Int64 // writes touched with Write and not completed
 	unsure   atomic.Bool  // touched other than by an acknowledged write
+	readAt   atomic.Int64 // unix ns before the last good round's read of it was sent (0: none)
 }
 
 const deadTouch = math.MinInt64
@@ -187,17 +189,16 @@ type checkpointer struct {
 	clearedMu sync.Mutex
 	clears    []string // counters cleared since the last round
 
-	mu        sync.Mutex                    // one round at a time; guards the fields below
-	listed    int64                         // unix ns the last good round listed its counters (0: none yet)
-	listedAll int64                         // the same, of the last good round that skipped no node
-	saved     map[string]map[string]savedCP // counter key → sub-key → last save
-	known     map[string]int64              // sentinel key → accepted incarnation
-	lastOK    map[string]time.Time          // sentinel key → last read that found it intact
-	topo      *store.Topology               // the topology sentKeys belongs to
-	sentKeys  []string                      // sentinel key per node index ("" without slots)
-	restores  []Restore
-	mark      int64                 // this store's mark (0: the store has no identity)
-	dls       map[string]recordedDL // counter key → deadline this process recorded with its checkpoints
+	mu       sync.Mutex                    // one round at a time; guards the fields below
+	listed   int64                         // unix ns the last good round listed its counters (0: none yet)
+	saved    map[string]map[string]savedCP // counter key → sub-key → last save
+	known    map[string]int64              // sentinel key → accepted incarnation
+	lastOK   map[string]time.Time          // sentinel key → last read that found it intact
+	topo     *store.Topology               // the topology sentKeys belongs to
+	sentKeys []string                      // sentinel key per node index ("" without slots)
+	restores []Restore
+	mark     int64                 // this store's mark (0: the store has no identity)
+	dls      map[string]recordedDL // counter key → deadline this process recorded with its checkpoints
 
 	lastRound                                          atomic.Int64 // unix ns of the last good round
 	rounds, roundErrs, nsaved, nrestores, restoredKeys atomic.Uint64
@@ -436,9 +437,6 @@ func (ck *checkpointer) roundLocked(ctx context.Context) (CheckpointReport, erro
 		}
 	}
 	ck.listed = listed
-	if rep.Skipped == 0 {
-		ck.listedAll = listed
-	}
 	ck.lastRound.Store(ck.d.cfg.Clock.Now().UnixNano())
 	return rep, nil
 }
@@ -500,10 +498,10 @@ func (ck *checkpointer) watched() []string {
 		e := v.(*touchEntry)
 		at := e.at.Load()
 		// Its writes all acknowledged (none in flight, the last reply
-		// after the last touch), and a good round of every node listed
-		// it after that reply: that round read what they wrote.
+		// after the last touch), and read after that reply by a round
+		// that saved it with every node intact: it saved what they wrote.
 		done := e.done.Load()
-		landed := e.inflight.Load() == 0 && !e.unsure.Load() && done >= at && done < ck.listedAll
+		landed := e.inflight.Load() == 0 && !e.unsure.Load() && done >= at && done < e.readAt.Load()
 		if at != deadTouch && (at < cut || landed) && d.eng.Pending(key) == 0 && e.at.CompareAndSwap(at, deadTouch) {
 			// Idle since at least two intervals, and a good round that
 			// started after its last writes saved them; or written only
@@ -529,6 +527,7 @@ func (ck *checkpointer) watched() []string {
 func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []string) (saved, skipped int, err error) {
 	d := ck.d
 	ck.takeClears()
+	readStart := d.cfg.Clock.Now().UnixNano()
 	reads, sent, at, err := d.eng.Read(ctx, keys, nonEmpty(ck.sentKeys))
 	if err != nil {
 		return 0, 0, fmt.Errorf("checkpoint read: %w", err)
@@ -563,6 +562,7 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 		}
 	}
 	if len(cps) == 0 {
+		ck.readBy(reads, clearedNow, skipped, readStart)
 		return 0, skipped, nil
 	}
 	dls, err := ck.deadlinesToRecord(ctx, cps, at)
@@ -596,7 +596,32 @@ func (ck *checkpointer) save(ctx context.Context, topo *store.Topology, keys []s
 		ck.saved[key][cp.Key] = s
 	}
 	ck.nsaved.Add(uint64(len(cps)))
+	ck.readBy(reads, clearedNow, skipped, readStart)
 	return len(cps), skipped, nil
+}
+
+// readBy notes, on the watch entry of each counter of reads that a round
+// read and saved with every node intact (not cleared during the read),
+// that its read was sent after start: its writes acknowledged before
+// start are in what was saved.
+func (ck *checkpointer) readBy(reads []engine.SubRead, cleared map[string]bool, skipped int, start int64) {
+	if skipped > 0 {
+		return
+	}
+	for _, r := range reads {
+		if cleared[r.Key] {
+			continue
+		}
+		if v, ok := ck.touched.Load(r.Key); ok {
+			e := v.(*touchEntry)
+			for {
+				old := e.readAt.Load()
+				if old >= start || e.readAt.CompareAndSwap(old, start) {
+					break
+				}
+			}
+		}
+	}
 }
 
 // recordedDL is the deadline this process recorded for a counter with its
