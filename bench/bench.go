@@ -74,7 +74,7 @@
 // generator the paced runs use: Procs instances in single mode, with
 // openInFlight calls in flight over all of them, are offered 1,000
 // increments per second for a step of Calibrate/3 (at least 100 ms), then
-// twice the rate at each step, until two steps in a row neither keep up
+// twice the rate at each step, until three steps in a row neither keep up
 // (serve 95% of the offered rate) nor raise the most achieved by 10%, or 12 steps have run. A step's
 // achieved rate is its increments acknowledged over the time from its
 // start to the last acknowledgement. A capped node serves more commands

@@ -66,8 +66,11 @@ type CalibrationStep struct {
 // The calibration's ramp: it offers calStartRate, then twice the rate of
 // the step before, as long as a step keeps up (achieves calKeepUp of what
 // it was offered) or raises the most achieved so far by calGrowthMin;
-// calFlatSteps steps in a row that do neither end it (one may be a slice
-// of a capped node's CPU period that fell outside the window), as does
+// calFlatSteps steps in a row that do neither end it (one or two may be
+// slices of a capped node's CPU period that fell outside the window: a
+// node at 0.3% of a CPU grew again after a flat step, and a ramp that
+// stopped after two put the ceiling at 2,125/s where the run that
+// followed took 3,096/s from it), as does
 // calMaxSteps. The ceiling is the plateau: the mean of the rates of the
 // step that achieved the most and the steps after it. A node that falls
 // behind is offered more still: a capped node serves more commands per
@@ -78,7 +81,7 @@ const (
 	calGrowth    = 2.0
 	calGrowthMin = 1.1
 	calKeepUp    = 0.95
-	calFlatSteps = 2
+	calFlatSteps = 3
 	calMaxSteps  = 12
 	// calStepShare is the part of Config.Calibrate each step lasts (at
 	// least minSegment): a calibration runs at most calMaxSteps of them.

@@ -54,22 +54,43 @@ func TestCalibrationRampFindsCeiling(t *testing.T) {
 // deeper backlog (like a node capped at 0.5% of a CPU that a calibration
 // stopping where it fell behind put at 1,714/s, and single at three times
 // that took 4,986/s) is driven on past the first rate it falls behind,
-// until two steps in a row add nothing; the ceiling is its plateau.
+// until three steps in a row add nothing; the ceiling is its plateau.
 func TestCalibrationRampDeepBacklog(t *testing.T) {
-	served := map[float64]float64{1000: 976, 2000: 1714, 4000: 3600, 8000: 4986, 16000: 5100, 32000: 5150}
+	served := map[float64]float64{1000: 976, 2000: 1714, 4000: 3600, 8000: 4986, 16000: 5100, 32000: 5150, 64000: 5150}
 	steps, best, err := calibrationRamp(context.Background(), func(rate float64) (CalibrationStep, error) {
 		return CalibrationStep{AchievedPerSec: served[rate]}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 6 || best != 5 || steps[best].AchievedPerSec != 5150 || plateau(steps, best) != 5150 {
-		t.Errorf("best %d of %+v, want the 6 steps up to 32,000/s and 5,150/s", best, steps)
+	if len(steps) != 7 || best != 5 || steps[best].AchievedPerSec != 5150 || plateau(steps, best) != 5150 {
+		t.Errorf("best %d of %+v, want the 7 steps up to 64,000/s and 5,150/s", best, steps)
 	}
 	for i, st := range steps {
 		if st.KeptUp != (i == 0) {
 			t.Errorf("step %+v", st)
 		}
+	}
+}
+
+// TestCalibrationRampTwoFlatSteps: a capped node that serves no more for
+// two steps and then more again (as one at 0.3% of a CPU did: 2,977/s at
+// 8,000/s offered, 3,112/s, 3,200/s, then 4,348/s) is driven to the
+// step that grows; a ramp that stopped after two flat steps put the
+// ceiling near 3,100/s.
+func TestCalibrationRampTwoFlatSteps(t *testing.T) {
+	served := map[float64]float64{1000: 999, 2000: 1505, 4000: 2025, 8000: 2977, 16000: 3112, 32000: 3200, 64000: 4348, 128000: 3705, 256000: 3538, 512000: 3600}
+	steps, best, err := calibrationRamp(context.Background(), func(rate float64) (CalibrationStep, error) {
+		return CalibrationStep{AchievedPerSec: served[rate]}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if best != 6 || len(steps) != 10 {
+		t.Fatalf("best %d of %d steps, want the step at 64,000/s of 10: %+v", best, len(steps), steps)
+	}
+	if got, want := plateau(steps, best), (4348.0+3705+3538+3600)/4; got != want {
+		t.Errorf("ceiling %v, want %v", got, want)
 	}
 }
 
