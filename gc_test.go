@@ -297,6 +297,19 @@ func TestClearNotRestoredFromCheckpoint(t *testing.T) {
 	}
 }
 
+// fakeClockClient opens a Client of the test cluster on clock clk, with
+// store be, checkpoints every interval, uncached reads and namespaces nss.
+func fakeClockClient(t *testing.T, be durable.Backend, clk *clock.Fake, interval time.Duration, nss ...hotcount.Namespace) *hotcount.Client {
+	t.Helper()
+	return durClient(t, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Clock:      clk,
+		Namespaces: nss,
+		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: interval, CleanupInterval: time.Hour},
+	})
+}
+
 // TestCheckpointSavesAfterALongGap: a counter written, then no checkpoint
 // round for longer than the watch keeps an idle counter (rounds failing
 // while the store is down, a paused process, a round slower than two
@@ -306,14 +319,8 @@ func TestClearNotRestoredFromCheckpoint(t *testing.T) {
 // 200,000 new counters without a checkpoint that way).
 func TestCheckpointSavesAfterALongGap(t *testing.T) {
 	ctx := context.Background()
-	be := pgStore(t)
-	clk := clock.NewFake()
-	c := durClient(t, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
-		Reads:      hotcount.ReadConfig{NoCache: true},
-		Clock:      clk,
-		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Second, CleanupInterval: time.Hour},
-	})
+	be, clk := pgStore(t), clock.NewFake()
+	c := fakeClockClient(t, be, clk, time.Second)
 	key := uniqueKey(t)
 	if err := c.Incr(ctx, key, 7); err != nil {
 		t.Fatal(err)
@@ -336,16 +343,9 @@ func TestCheckpointSavesAfterALongGap(t *testing.T) {
 // here, keep the idle rule.
 func TestCheckpointReadsAWrittenCounterOnce(t *testing.T) {
 	ctx := context.Background()
-	be := pgStore(t)
-	clk := clock.NewFake()
-	c := durClient(t, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
-		Reads:      hotcount.ReadConfig{NoCache: true},
-		Clock:      clk,
-		Namespaces: []hotcount.Namespace{{Prefix: "ckbuf:", Buffered: true, FlushInterval: time.Millisecond}},
-		// Rounds run when the test asks for them alone.
-		Durability: hotcount.DurabilityConfig{Store: be, CheckpointInterval: time.Hour, CleanupInterval: time.Hour},
-	})
+	be, clk := pgStore(t), clock.NewFake()
+	// Rounds run when the test asks for them alone.
+	c := fakeClockClient(t, be, clk, time.Hour, hotcount.Namespace{Prefix: "ckbuf:", Buffered: true, FlushInterval: time.Millisecond})
 	rounds := func(want ...int) {
 		t.Helper()
 		var got []int
