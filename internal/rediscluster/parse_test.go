@@ -38,7 +38,7 @@ func TestReadReply(t *testing.T) {
 			t.Errorf("readReply(%q).text() = %q, want %q", tc.in, r.text(), tc.text)
 		}
 	}
-	for _, bad := range []string{"", "+OK", "+OK\n", "?x\r\n", "$x\r\n", "$-2\r\n", "$3\r\nab", "*x\r\n", "*2\r\n+a\r\n"} {
+	for _, bad := range []string{"", "+OK", "+OK\n", "?x\r\n", "$x\r\n", "$-2\r\n", "$3\r\nab", "*x\r\n", "*2\r\n+a\r\n", "$222222222222220\r\n", "$536870913\r\n", "*222222222222220\r\n+a\r\n", "$3\r\nabcde"} {
 		if _, err := readReply(bufio.NewReader(strings.NewReader(bad)), 0); err == nil {
 			t.Errorf("readReply(%q) accepted", bad)
 		}

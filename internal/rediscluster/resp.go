@@ -17,6 +17,14 @@ const defaultIOTimeout = 10 * time.Second
 // maxReplyDepth bounds nesting of array replies.
 const maxReplyDepth = 16
 
+// maxBulkLen bounds a bulk string's announced length: Redis's own limit
+// (proto-max-bulk-len, 512 MB). Longer is a broken or hostile reply.
+const maxBulkLen = 512 << 20
+
+// preallocElems bounds what an array's announced length allocates before
+// its elements arrive: a larger array grows as they are read.
+const preallocElems = 1024
+
 // reply is one parsed RESP2 reply.
 type reply struct {
 	kind  byte // '+', '-', ':', '$', '*'
@@ -154,17 +162,26 @@ func readReply(br *bufio.Reader, depth int) (reply, error) {
 		return reply{kind: kind, str: body}, nil
 	case '$':
 		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 {
+		if err != nil || n < -1 || n > maxBulkLen {
 			return reply{}, fmt.Errorf("%w: bad bulk length %q", ErrProtocol, body)
 		}
 		if n == -1 {
 			return reply{kind: kind, isNil: true}, nil
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(br, buf); err != nil {
+		// Read as it arrives: a length the reply does not carry costs no
+		// more than what came.
+		var buf strings.Builder
+		if _, err := io.CopyN(&buf, br, int64(n)+2); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			return reply{}, err
 		}
-		return reply{kind: kind, str: string(buf[:n])}, nil
+		str := buf.String()
+		if str[n:] != "\r\n" {
+			return reply{}, fmt.Errorf("%w: bulk string of %d bytes not ended by CRLF", ErrProtocol, n)
+		}
+		return reply{kind: kind, str: str[:n]}, nil
 	case '*':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
@@ -173,11 +190,13 @@ func readReply(br *bufio.Reader, depth int) (reply, error) {
 		if n == -1 {
 			return reply{kind: kind, isNil: true}, nil
 		}
-		r := reply{kind: kind, elems: make([]reply, n)}
-		for i := range n {
-			if r.elems[i], err = readReply(br, depth+1); err != nil {
+		r := reply{kind: kind, elems: make([]reply, 0, min(n, preallocElems))}
+		for range n {
+			e, err := readReply(br, depth+1)
+			if err != nil {
 				return reply{}, err
 			}
+			r.elems = append(r.elems, e)
 		}
 		return r, nil
 	}
