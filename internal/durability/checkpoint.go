@@ -260,12 +260,12 @@ func (ck *checkpointer) markNode(ctx context.Context, key string, cur, inc int64
 // touch marks a fast-mode counter for the next checkpoint. An entry the
 // checkpointer retired (at == deadTouch) is replaced, never revived, so a
 // touch racing with the retirement is not lost.
-func (ck *checkpointer) touch(key string) { ck.touchEntry(key, false) }
+func (ck *checkpointer) touch(key string) { ck.note(key, false) }
 
-// touchEntry is touch; with write, the write is also counted in flight on
+// note is touch; with write, the write is also counted in flight on
 // the entry returned (nil when the counter is not watched), which the
 // caller completes with wrote.
-func (ck *checkpointer) touchEntry(key string, write bool) *touchEntry {
+func (ck *checkpointer) note(key string, write bool) *touchEntry {
 	now := ck.d.cfg.Clock.Now().UnixNano()
 	for {
 		v, ok := ck.touched.Load(key)
@@ -309,7 +309,7 @@ func (ck *checkpointer) touchEntry(key string, write bool) *touchEntry {
 	}
 	e := newTouchEntry(now, write)
 	if _, loaded := ck.touched.LoadOrStore(key, e); loaded {
-		return ck.touchEntry(key, write) // lost a race: update the entry that won
+		return ck.note(key, write) // lost a race: update the entry that won
 	}
 	ck.ntracked.Add(1)
 	return e
@@ -328,7 +328,7 @@ func newTouchEntry(now int64, write bool) *touchEntry {
 	return e
 }
 
-// wrote completes a write counted by touchEntry: acknowledged (ok), its
+// wrote completes a write counted by note: acknowledged (ok), its
 // reply time becomes the entry's done; otherwise (not written, or no
 // reply) its outcome may still show in the cache, so the entry is left to
 // the idle rule alone, and the write counts as a touch now.
@@ -345,8 +345,13 @@ func (ck *checkpointer) wrote(e *touchEntry, ok bool) {
 			}
 		}
 	} else {
-		e.unsure.Store(true)
-		if at := e.at.Load(); at != deadTouch && at < now {
+		// A hot key's every increment comes here (buffered): the same
+		// reads-first and 1 ms tolerance as touch, so that it does not
+		// write the shared entry each time.
+		if !e.unsure.Load() {
+			e.unsure.Store(true)
+		}
+		if at := e.at.Load(); at != deadTouch && now-at > int64(time.Millisecond) {
 			e.at.CompareAndSwap(at, now)
 		}
 	}

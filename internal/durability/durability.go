@@ -193,7 +193,7 @@ type Write struct{ e *touchEntry }
 // only that way, every write acknowledged, leaves the checkpoint watch
 // after one round has read it, instead of after two idle intervals.
 func (d *Service) TouchWrite(n *ns.Namespace, key string) Write {
-	e := d.ck.touchEntry(key, true)
+	e := d.ck.note(key, true)
 	d.noteTTL(n, key)
 	return Write{e}
 }
