@@ -241,6 +241,7 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		cpu0, cpuAt := cacheCPU(t, cl), time.Now()
 		peer0, proc0 := cacheCPU(t, w.clusters["us"]), processCPU()
 		peerUs0, peerReads0 := commandTime(t, w.clusters["us"]), socketReads(t, w.clusters["us"])
+		shipped0 := shippedRecords(c)
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -273,12 +274,16 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		for c.Region() != "" {
 			left := 0
 			for s := range 16 {
-				v, err := cl.Do(ctx, "XLEN", fmt.Sprintf("hotcount:rg:outlog:{hotcount-rg-%d}:us", s))
-				if err != nil {
-					t.Fatal(err)
+				// The outbox of each shard, and that of the earlier
+				// layout.
+				for _, kind := range []string{"outbox", "outlog"} {
+					v, err := cl.Do(ctx, "XLEN", fmt.Sprintf("hotcount:rg:%s:{hotcount-rg-%d}:us", kind, s))
+					if err != nil {
+						t.Fatal(err)
+					}
+					m, _ := strconv.Atoi(v)
+					left += m
 				}
-				m, _ := strconv.Atoi(v)
-				left += m
 			}
 			if left == 0 || time.Now().After(deadline) {
 				break
@@ -321,6 +326,9 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		t.Logf("long tail, %s: %.0f increments/s; %.2f cache commands, %.2f socket reads and %.1f µs of cache CPU per increment, %.1f µs less the idle cluster's (until 2 s after the outbox emptied, %.1f s after the run; per increment: %s)",
 			name, float64(n.Load())/el.Seconds(), float64(c1-c0)/float64(n.Load()), float64(reads1-reads0)/float64(n.Load()), (cpu1-cpu0)*1e6/float64(n.Load()),
 			net*1e6/float64(n.Load()), shipped.Seconds(), strings.Join(per, ", "))
+		if c.Region() != "" {
+			t.Logf("long tail, %s: %.2f records shipped per increment", name, float64(shippedRecords(c)-shipped0)/float64(n.Load()))
+		}
 		t.Logf("long tail, %s: per increment, %.1f µs of the peer's cache CPU (us, idle included; %.2f socket reads, µs running commands: %s), %.1f µs of this process's CPU (the writers, the shipping, the links' fault proxies)",
 			name, (peer1-peer0)*1e6/float64(n.Load()), float64(peerReads1-peerReads0)/float64(n.Load()), strings.Join(peerSpent, ", "), (proc1-proc0)*1e6/float64(n.Load()))
 	}
@@ -344,6 +352,16 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		keys += n
 	}
 	t.Logf("long tail: us holds %d keys for eu's counters (up to 100,000 written there)", keys)
+}
+
+// shippedRecords returns the records c's region shipped to its peers
+// (0 without regions).
+func shippedRecords(c *hotcount.Client) uint64 {
+	var n uint64
+	for _, l := range c.Stats().Regions {
+		n += l.Shipped
+	}
+	return n
 }
 
 // measureLag: while eu runs the mixed load of the long-tail benchmark (a

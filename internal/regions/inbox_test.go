@@ -62,7 +62,7 @@ type pair struct {
 	local     rueidis.Client // eu's cache
 	peer      rueidis.Client // us's cache
 	usDurable *sqlite.DB
-	inboxes   []string // us's inbox boxes
+	inboxes   []string // us's inbox boxes (takeBoxes)
 }
 
 func newPair(t *testing.T, euDurable durable.Regions, wrap func(rueidis.Client) rueidis.Client) *pair {
@@ -100,10 +100,7 @@ func newPair(t *testing.T, euDurable durable.Regions, wrap func(rueidis.Client) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.eu.Close(context.Background()) })
-	p.inboxes = make([]string, Shards)
-	for i := range p.inboxes {
-		p.inboxes[i] = boxKey("in", i, "")
-	}
+	p.inboxes = takeBoxes("in", "")
 	return p
 }
 
@@ -206,10 +203,7 @@ func TestOwnPartSavedBeforeAck(t *testing.T) {
 	if err := mark(ctx, p.local, []string{"k"}, p.eu.outboxes); err != nil {
 		t.Fatal(err)
 	}
-	outboxes := make([]string, Shards)
-	for i := range outboxes {
-		outboxes[i] = boxKey("out", i, "us")
-	}
+	outboxes := takeBoxes("out", "us")
 	for i := 0; ; i++ {
 		_, _, err = p.eu.ship(p.eu.links[0], tok)
 		if errors.Is(err, errSave) {

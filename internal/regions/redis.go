@@ -166,10 +166,73 @@ func shardOf(key string) int { return int(fnv32a(key) % Shards) }
 
 // boxKey returns shard s of the outbox to peer (kind "out") or of the
 // inbox (kind "in", peer ""): a stream of marks, each entry the counters
-// one push marked (at most entryKeys of them, as fields with empty
-// values).
+// one push marked (at most entryKeys of them), joined by NUL in the one
+// field entryField.
 func boxKey(kind string, s int, peer string) string {
+	return "hotcount:rg:" + kind + "box:{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
+}
+
+// oldBoxKey returns shard s of a box of the earlier layout
+// ("hotcount:rg:outlog:…", "hotcount:rg:inlog:…"), whose entries hold
+// each counter as a field of its own with an empty value: what a process
+// of an earlier build still marks. The lease holder reads them beside
+// the current boxes (takeBoxes); a process of the earlier build never
+// reads the current ones, so it cannot misread an entry of the current
+// form (it waits for a holder of this build).
+func oldBoxKey(kind string, s int, peer string) string {
 	return "hotcount:rg:" + kind + "log:{hotcount-rg-" + strconv.Itoa(s) + "}:" + peer
+}
+
+// takeBoxes returns the boxes a round takes from, of kind and peer as
+// boxKey's: every shard's current box, then every shard's box of the
+// earlier layout (oldBoxKey).
+func takeBoxes(kind, peer string) []string {
+	out := make([]string, 2*Shards)
+	for i := range Shards {
+		out[i] = boxKey(kind, i, peer)
+		out[Shards+i] = oldBoxKey(kind, i, peer)
+	}
+	return out
+}
+
+// ackInto returns the box that the counters a round took from box and
+// left for later go to: box itself, or for a box of the earlier layout,
+// the current box of its shard and kind (the same hash tag, so that one
+// script writes both).
+func ackInto(box string) string {
+	for _, kind := range [...]string{"out", "in"} {
+		if rest, ok := strings.CutPrefix(box, "hotcount:rg:"+kind+"log:"); ok {
+			return "hotcount:rg:" + kind + "box:" + rest
+		}
+	}
+	return box
+}
+
+// entryField is the one field of an entry of a box: its value is the
+// entry's counters joined by NUL (counter keys hold no control
+// character). One field per entry keeps an XADD to a few arguments, and
+// every entry of a stream has the same field, which the stream stores
+// once per node of entries.
+const entryField = "\x00"
+
+// entryKeysOf returns the counters an entry of a box holds, appended to
+// dst: those joined in its entryField, and, in an entry of the earlier
+// layout, each other field (a counter, its value empty).
+func entryKeysOf(dst []string, fields map[string]string) []string {
+	for f, v := range fields {
+		if f != entryField {
+			dst = append(dst, f)
+			continue
+		}
+		for len(v) > 0 {
+			k, rest, _ := strings.Cut(v, entryField)
+			if k != "" {
+				dst = append(dst, k)
+			}
+			v = rest
+		}
+	}
+	return dst
 }
 
 // entryKeys is the most counters one entry of a box holds, and
@@ -541,16 +604,14 @@ return 0
 
 // ackScript acknowledges the entries of box KEYS[1] up to the one before
 // stream ID ARGV[1] (XTRIM MINID), after a round shipped their counters,
-// and first adds the counters ARGV[2:] of those entries that the round
-// left for later as one new entry, at the end, in one step.
+// and first adds the counters ARGV[3:] of those entries that the round
+// left for later at the end of box KEYS[2] (KEYS[1] itself, or the
+// current box of an old one's shard: see ackInto), as entries of the
+// current form of at most ARGV[2] counters each, in one step.
 var ackScript = newScript(`
-if #ARGV > 1 then
-  local fv = {}
-  for i = 2, #ARGV do
-    fv[#fv+1] = ARGV[i]
-    fv[#fv+1] = ''
-  end
-  redis.call('XADD', KEYS[1], '*', unpack(fv))
+local per = tonumber(ARGV[2])
+for i = 3, #ARGV, per do
+  redis.call('XADD', KEYS[2], '*', '\0', table.concat(ARGV, '\0', i, math.min(i + per - 1, #ARGV)))
 end
 return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
 `)
@@ -588,7 +649,8 @@ type batch struct {
 }
 
 // markCmds returns the commands that add keys to the boxes named by
-// box(shard): one XADD per box and entryKeys counters.
+// box(shard): one XADD per box and entryKeys counters, the counters
+// joined in the entry's one field (entryField).
 func markCmds(c rueidis.Client, keys []string, box func(shard int) []string) rueidis.Commands {
 	byShard := make(map[int][]string)
 	for _, k := range keys {
@@ -599,11 +661,8 @@ func markCmds(c rueidis.Client, keys []string, box func(shard int) []string) rue
 	for s, ks := range byShard {
 		for _, b := range box(s) {
 			for i := 0; i < len(ks); i += entryKeys {
-				fv := c.B().Xadd().Key(b).Id("*").FieldValue()
-				for _, k := range ks[i:min(i+entryKeys, len(ks))] {
-					fv = fv.FieldValue(k, "")
-				}
-				cmds = append(cmds, fv.Build())
+				v := strings.Join(ks[i:min(i+entryKeys, len(ks))], entryField)
+				cmds = append(cmds, c.B().Xadd().Key(b).Id("*").FieldValue().FieldValue(entryField, v).Build())
 			}
 		}
 	}
@@ -627,7 +686,7 @@ func mark(ctx context.Context, c rueidis.Client, keys []string, box func(shard i
 // take reads the oldest entries of each of the boxes, up to limit
 // counters per box, in one pipelined round; it changes nothing (ack
 // does), so a round that fails, or whose process dies, leaves them to
-// the next.
+// the next. It reads entries of both forms (entryKeysOf).
 func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map[string]*batch, error) {
 	n := takeEntries(limit)
 	cmds := make(rueidis.Commands, len(boxes))
@@ -645,8 +704,10 @@ func take(ctx context.Context, c rueidis.Client, boxes []string, limit int) (map
 		}
 		b := &batch{last: es[len(es)-1].ID, full: int64(len(es)) >= n}
 		seen := make(map[string]bool)
+		var ks []string
 		for _, e := range es {
-			for k := range e.FieldValues {
+			ks = entryKeysOf(ks[:0], e.FieldValues)
+			for _, k := range ks {
 				if !seen[k] {
 					seen[k] = true
 					b.keys = append(b.keys, k)
@@ -670,8 +731,9 @@ func after(id string) (string, error) {
 
 // ack acknowledges what a round took from each box (taken), once
 // shipped: the entries go, and the counters of them that keep reports
-// false for are added again at the end, in one step per box and one
-// pipelined round.
+// false for are added again at the end (of the current box of the
+// shard, for a box of the earlier layout: ackInto), in one step per box
+// and one pipelined round.
 func ack(ctx context.Context, c rueidis.Client, taken map[string]*batch, keep func(key string) bool) error {
 	calls := make([]call, 0, len(taken))
 	for box, b := range taken {
@@ -679,13 +741,13 @@ func ack(ctx context.Context, c rueidis.Client, taken map[string]*batch, keep fu
 		if err != nil {
 			return err
 		}
-		args := []string{next}
+		args := []string{next, strconv.Itoa(entryKeys)}
 		for _, k := range b.keys {
 			if !keep(k) {
 				args = append(args, k)
 			}
 		}
-		calls = append(calls, call{s: ackScript, keys: []string{box}, args: args})
+		calls = append(calls, call{s: ackScript, keys: []string{box, ackInto(box)}, args: args})
 	}
 	for _, r := range round(ctx, c, nil, calls) {
 		if err := r.Error(); err != nil {

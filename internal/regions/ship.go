@@ -175,11 +175,7 @@ func (s *Service) ship(l *link, tok uint64) (int, int, error) {
 		}
 		l.client = c
 	}
-	boxes := make([]string, Shards)
-	for i := range boxes {
-		boxes[i] = boxKey("out", i, l.name)
-	}
-	taken, err := take(ctx, s.cfg.Local, boxes, s.cfg.Batch)
+	taken, err := take(ctx, s.cfg.Local, takeBoxes("out", l.name), s.cfg.Batch)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -608,10 +604,7 @@ func (s *Service) inboxLoop() {
 	defer s.wg.Done()
 	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	boxes := make([]string, Shards)
-	for i := range boxes {
-		boxes[i] = boxKey("in", i, "")
-	}
+	boxes := takeBoxes("in", "")
 	for {
 		select {
 		case <-s.stop:
