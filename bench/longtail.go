@@ -156,6 +156,17 @@ type LongTailCase struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// CPUPerIncrUS is CPUSeconds per increment, in µs.
 	CPUPerIncrUS float64 `json:"cpu_per_incr_us"`
+	// WindowSeconds is the wall time between the two readings of the
+	// primaries that CPUSeconds is the difference of (the load, and the
+	// hotcount side's start and close).
+	WindowSeconds float64 `json:"window_seconds"`
+	// CPUPerIncrLessIdleUS is CPUPerIncrUS less what the idle cluster
+	// spends in the same window (LongTailReport.IdleCPUPerSecond ×
+	// WindowSeconds), per increment: the cost of the load alone. A
+	// slower path spreads the same upkeep (each node's timers, the
+	// cluster bus) over fewer increments, so this is the fairer figure
+	// between paths of different speeds.
+	CPUPerIncrLessIdleUS float64 `json:"cpu_per_incr_less_idle_us"`
 	// BytesAdded and KeysAdded are used_memory and DBSIZE grown, summed
 	// over the primaries.
 	BytesAdded int64 `json:"bytes_added"`
@@ -202,15 +213,22 @@ type LongTailRatio struct {
 	CPU              float64 `json:"cpu"`
 	Memory           float64 `json:"memory"`
 	IdempotencyShare float64 `json:"idempotency_share"`
+	// CPULessIdle is the ratio of CPU per increment less the idle
+	// cluster's (LongTailCase.CPUPerIncrLessIdleUS).
+	CPULessIdle float64 `json:"cpu_less_idle"`
 }
 
 // LongTailReport is the outcome of RunLongTail.
 type LongTailReport struct {
 	Primaries []string `json:"primaries"`
 	// Store is the durable store of the hotcount cases (LongTailConfig.Store).
-	Store  string          `json:"store"`
-	Cases  []LongTailCase  `json:"cases"`
-	Ratios []LongTailRatio `json:"ratios"`
+	Store string `json:"store"`
+	// IdleCPUPerSecond is the CPU time the primaries spent per second of
+	// wall time with no load, measured over IdleWindow before the first
+	// case.
+	IdleCPUPerSecond float64         `json:"idle_cpu_per_second"`
+	Cases            []LongTailCase  `json:"cases"`
+	Ratios           []LongTailRatio `json:"ratios"`
 }
 
 func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
@@ -272,7 +290,8 @@ type ltRun struct {
 	b     *redisBackend
 	nodes []string
 	topo  *store.Topology
-	run   string // this run's id, in every key prefix
+	run   string  // this run's id, in every key prefix
+	idle  float64 // the idle cluster's CPU seconds per second
 	// refused counts increments the library case's buffer refused with
 	// ErrBackpressure (each waited 1 ms and was tried again).
 	refused atomic.Int64
@@ -307,6 +326,10 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 	}
 	r := &ltRun{cfg: cfg, b: rb, nodes: append([]string(nil), topo.Nodes...), topo: topo, run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	rep := &LongTailReport{Primaries: r.nodes, Store: cfg.Store}
+	if r.idle, err = r.idleRate(ctx); err != nil {
+		return rep, err
+	}
+	rep.IdleCPUPerSecond = r.idle
 	for _, w := range cfg.Workloads {
 		for _, p := range cfg.Paths {
 			var pair [2]LongTailCase
@@ -340,10 +363,11 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 					}
 					rep.Cases = append(rep.Cases, slow)
 					rep.Ratios = append(rep.Ratios, LongTailRatio{
-						Workload: w,
-						Path:     "proxy vs direct slow",
-						CPU:      div(h.CPUPerIncrUS, slow.CPUPerIncrUS),
-						Memory:   div(h.BytesPerCounter, slow.BytesPerCounter),
+						Workload:    w,
+						Path:        "proxy vs direct slow",
+						CPU:         div(h.CPUPerIncrUS, slow.CPUPerIncrUS),
+						Memory:      div(h.BytesPerCounter, slow.BytesPerCounter),
+						CPULessIdle: div(h.CPUPerIncrLessIdleUS, slow.CPUPerIncrLessIdleUS),
 					})
 				}
 			} else {
@@ -369,10 +393,35 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 				CPU:              div(pair[1].CPUPerIncrUS, pair[0].CPUPerIncrUS),
 				Memory:           div(pair[1].BytesPerCounter, pair[0].BytesPerCounter),
 				IdempotencyShare: div(float64(pair[1].IdempotencyKeys), float64(pair[1].CounterKeys)),
+				CPULessIdle:      div(pair[1].CPUPerIncrLessIdleUS, pair[0].CPUPerIncrLessIdleUS),
 			})
 		}
 	}
 	return rep, nil
+}
+
+// IdleWindow is how long RunLongTail watches the idle cluster's CPU
+// before the first case.
+const IdleWindow = 3 * time.Second
+
+// idleRate returns the CPU time the primaries spend per second while
+// nothing is sent to them, over IdleWindow.
+func (r *ltRun) idleRate(ctx context.Context) (float64, error) {
+	before, err := r.state(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(IdleWindow):
+	}
+	after, err := r.state(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	return div(after.cpu-before.cpu, time.Since(t0).Seconds()), nil
 }
 
 // nodeState is what the primaries hold and did, summed or by command.
@@ -459,6 +508,7 @@ func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load lo
 	if err != nil {
 		return c, err
 	}
+	t0 := time.Now()
 	incrs, viral, d, err := load(ctx, w, pfx)
 	if err != nil {
 		return c, err
@@ -467,10 +517,12 @@ func (r *ltRun) measureAfter(ctx context.Context, w, path string, setup, load lo
 	if err != nil {
 		return c, err
 	}
+	c.WindowSeconds = time.Since(t0).Seconds()
 	c.Increments, c.Seconds, c.Refused = incrs, d.Seconds(), r.refused.Load()
 	c.CheckpointRows = r.ckRows.Load()
 	c.CPUSeconds = after.cpu - before.cpu
 	c.CPUPerIncrUS = div(c.CPUSeconds*1e6, float64(incrs))
+	c.CPUPerIncrLessIdleUS = div((c.CPUSeconds-r.idle*c.WindowSeconds)*1e6, float64(incrs))
 	c.BytesAdded, c.KeysAdded = after.mem-before.mem, after.keys-before.keys
 	c.SocketReads = after.reads - before.reads
 	c.ReadsPerIncr = div(float64(c.SocketReads), float64(incrs))
@@ -854,11 +906,12 @@ func keyspaceKeys(s string) int64 {
 func (rep *LongTailReport) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "%d primaries: %s\n", len(rep.Primaries), strings.Join(rep.Primaries, " "))
-	fmt.Fprintf(bw, "durable store of the hotcount cases: %s\n\n", cmp.Or(rep.Store, "-"))
-	fmt.Fprintf(bw, "%-9s %-15s %-8s %11s %8s %9s %11s %10s %9s %9s %7s %8s %9s %8s %9s\n", "workload", "path", "store", "increments", "incr/s", "cpu/incr", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in", "reads/in", "cmd/incr")
+	fmt.Fprintf(bw, "durable store of the hotcount cases: %s\n", cmp.Or(rep.Store, "-"))
+	fmt.Fprintf(bw, "the idle cluster: %.1f ms of CPU per second (subtracted in less-idle)\n\n", rep.IdleCPUPerSecond*1e3)
+	fmt.Fprintf(bw, "%-9s %-15s %-8s %11s %8s %9s %9s %11s %10s %9s %9s %7s %8s %9s %8s %9s\n", "workload", "path", "store", "increments", "incr/s", "cpu/incr", "less-idle", "mem added", "keys added", "counters", "idem", "meta", "B/ctr", "writes/in", "reads/in", "cmd/incr")
 	for _, c := range rep.Cases {
-		fmt.Fprintf(bw, "%-9s %-15s %-8s %11d %8.0f %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f %8.3f %7.2fµs\n",
-			c.Workload, c.Path, cmp.Or(c.Store, "-"), c.Increments, div(float64(c.Increments), c.Seconds), c.CPUPerIncrUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr, c.ReadsPerIncr, c.CommandUSPerIncr)
+		fmt.Fprintf(bw, "%-9s %-15s %-8s %11d %8.0f %7.2fµs %7.2fµs %10.1fM %10d %9d %9d %7d %8.1f %9.3f %8.3f %7.2fµs\n",
+			c.Workload, c.Path, cmp.Or(c.Store, "-"), c.Increments, div(float64(c.Increments), c.Seconds), c.CPUPerIncrUS, c.CPUPerIncrLessIdleUS, float64(c.BytesAdded)/1e6, c.KeysAdded, c.Counters, c.IdempotencyKeys, c.MetaKeys, c.BytesPerCounter, c.WritesPerIncr, c.ReadsPerIncr, c.CommandUSPerIncr)
 	}
 	fmt.Fprintln(bw)
 	for _, c := range rep.Cases {
@@ -872,7 +925,7 @@ func (rep *LongTailReport) WriteText(w io.Writer) error {
 		}
 	}
 	for _, r := range rep.Ratios {
-		fmt.Fprintf(bw, "%s, %s against direct: CPU per increment %.2fx, memory per counter %.2fx, idempotency keys %.4f per counter key\n", r.Workload, r.Path, r.CPU, r.Memory, r.IdempotencyShare)
+		fmt.Fprintf(bw, "%s, %s against direct: CPU per increment %.2fx (less the idle cluster's %.2fx), memory per counter %.2fx, idempotency keys %.4f per counter key\n", r.Workload, r.Path, r.CPU, r.CPULessIdle, r.Memory, r.IdempotencyShare)
 	}
 	return bw.Flush()
 }

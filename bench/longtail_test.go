@@ -29,9 +29,16 @@ func TestLongTail(t *testing.T) {
 	if len(rep.Cases) != 8 || len(rep.Ratios) != 4 {
 		t.Fatalf("%d cases, %d ratios", len(rep.Cases), len(rep.Ratios))
 	}
+	if rep.IdleCPUPerSecond <= 0 {
+		t.Fatalf("idle cluster: %v CPU seconds per second", rep.IdleCPUPerSecond)
+	}
 	for _, c := range rep.Cases {
 		if c.Increments <= 0 || c.Counters <= 0 || c.KeysAdded <= 0 || c.CPUSeconds <= 0 {
 			t.Fatalf("case %+v", c)
+		}
+		// The idle cluster's share of the window comes off.
+		if c.WindowSeconds < c.Seconds || c.CPUPerIncrLessIdleUS >= c.CPUPerIncrUS {
+			t.Fatalf("%s %s: window %.3f s for a load of %.3f s; %.3f µs per increment, %.3f less idle", c.Workload, c.Path, c.WindowSeconds, c.Seconds, c.CPUPerIncrUS, c.CPUPerIncrLessIdleUS)
 		}
 		switch c.Path {
 		case "direct", "library direct":
