@@ -2,8 +2,12 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -177,4 +181,104 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// slowMark is a cache whose next pipelined XADDs (once armed) wait for
+// release, after telling started.
+type slowMark struct {
+	rueidis.Client
+	armed   *atomic.Bool
+	started chan struct{}
+	release chan struct{}
+}
+
+func (c slowMark) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	if len(cmds) > 0 && strings.EqualFold(cmds[0].Commands()[0], "XADD") && c.armed.CompareAndSwap(true, false) {
+		close(c.started)
+		<-c.release
+	}
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+// pushService returns a Service of region eu with peer us over the cache
+// c, its loops idle, and the outboxes it pushes to.
+func pushService(t *testing.T, c rueidis.Client) (*Service, []string) {
+	t.Helper()
+	s, err := New(Config{Region: "eu", Local: c, Interval: time.Hour, LeaseTTL: time.Hour,
+		Totals: func(context.Context, []string) (map[string]int64, error) { return nil, nil },
+		Peers: []Peer{{Name: "us", Connect: func(context.Context) (rueidis.Client, error) {
+			return nil, errors.New("not connected")
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s, takeBoxes("out", "us")
+}
+
+// marked returns how many times each counter is in the boxes.
+func marked(t *testing.T, c rueidis.Client, boxes []string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, b := range boxes {
+		for _, e := range entries(t, c, b) {
+			for _, k := range entryKeysOf(nil, e) {
+				out[k]++
+			}
+		}
+	}
+	return out
+}
+
+// TestPushesOneAtATime: a push that starts while another is adding its
+// marks (the ship loop's, right before its round, and the push loop's,
+// whose tickers fire together every interval) does not add them again:
+// a round that read the outbox between the two would leave the second's
+// entries to another round, which would ship the counters twice.
+func TestPushesOneAtATime(t *testing.T) {
+	w := slowMark{Client: client(t, node(t).Addr), armed: new(atomic.Bool), started: make(chan struct{}), release: make(chan struct{})}
+	s, boxes := pushService(t, w)
+	ctx := context.Background()
+	s.Mark("k", false)
+	w.armed.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- s.push(ctx, false) }()
+	<-w.started
+	second := make(chan error, 1)
+	go func() { second <- s.push(ctx, false) }()
+	time.Sleep(100 * time.Millisecond) // the second push, under way or waiting
+	close(w.release)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := marked(t, w, boxes); got["k"] != 1 {
+		t.Fatalf("the outbox holds k %d times, want once", got["k"])
+	}
+}
+
+// TestMarkDuringPushKept: a counter marked again while a push adds its
+// earlier mark (its increment may land after the round that takes that
+// entry read its total) stays marked: the next push adds it again.
+func TestMarkDuringPushKept(t *testing.T) {
+	w := slowMark{Client: client(t, node(t).Addr), armed: new(atomic.Bool), started: make(chan struct{}), release: make(chan struct{})}
+	s, boxes := pushService(t, w)
+	ctx := context.Background()
+	s.Mark("k", false)
+	w.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- s.push(ctx, false) }()
+	<-w.started
+	s.Mark("k", false)
+	close(w.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.push(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := marked(t, w, boxes); got["k"] != 2 {
+		t.Fatalf("the outbox holds k %d times, want twice (the mark made during the first push pushed by the second)", got["k"])
+	}
 }

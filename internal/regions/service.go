@@ -128,8 +128,11 @@ type Service struct {
 	me    string // process id, the lease's holder value
 	peers []string
 
-	mu    sync.Mutex
-	dirty map[string]dirtyMark // counters changed here, not yet pushed for good
+	mu      sync.Mutex
+	dirty   map[string]dirtyMark // counters changed here, not yet pushed for good
+	pushing map[string]dirtyMark // the counters a push is adding to the outboxes
+
+	pushMu sync.Mutex // held by a push: one at a time
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedState

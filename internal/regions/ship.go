@@ -40,34 +40,55 @@ func (s *Service) pushLoop() {
 
 // push adds the marked counters to every peer's outbox. A counter stays
 // marked until it has been pushed at least Settle after its first mark
-// (all, when final).
+// (all, when final). Pushes run one at a time (the push loop's, the
+// ship loops' and Close's), so that two never add the same marks: a
+// ship round that read the outbox between them would leave the second's
+// for another round, which would read and ship those counters again. A
+// push takes the marks it adds off the map before it adds them, so that
+// a counter marked again meanwhile (an increment that landed after the
+// round that takes this push's entry read its total) stays marked for
+// the next push.
 func (s *Service) push(ctx context.Context, final bool) error {
 	if len(s.peers) == 0 {
 		return nil
 	}
+	s.pushMu.Lock()
+	defer s.pushMu.Unlock()
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
-	keys := make([]string, 0, len(s.dirty))
-	for k := range s.dirty {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
-	if len(keys) == 0 {
+	taken := s.dirty
+	if len(taken) == 0 {
+		s.mu.Unlock()
 		return nil
+	}
+	s.dirty = make(map[string]dirtyMark, len(taken))
+	s.pushing = taken
+	s.mu.Unlock()
+	keys := make([]string, 0, len(taken))
+	for k := range taken {
+		keys = append(keys, k)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := mark(ctx, s.cfg.Local, keys, s.outboxes); err != nil {
-		return err
-	}
+	err := mark(ctx, s.cfg.Local, keys, s.outboxes)
 	s.mu.Lock()
-	for _, k := range keys {
-		if m, ok := s.dirty[k]; ok && (final || !m.settle || now.Sub(m.at) >= s.cfg.Settle) {
-			delete(s.dirty, k)
+	defer s.mu.Unlock()
+	s.pushing = nil
+	for k, m := range taken {
+		if err == nil && (final || !m.settle || now.Sub(m.at) >= s.cfg.Settle) {
+			continue
+		}
+		// Not pushed, or to push again once it settled: marked as it
+		// was, or as marked again meanwhile (the later mark, to settle
+		// if either must).
+		if m2, ok := s.dirty[k]; ok {
+			m2.settle = m2.settle || m.settle
+			s.dirty[k] = m2
+		} else {
+			s.dirty[k] = m
 		}
 	}
-	s.mu.Unlock()
-	return nil
+	return err
 }
 
 // leaseLoop takes and renews the shipping lease.
@@ -883,6 +904,9 @@ func (s *Service) collect() error {
 		st, bad := Parse(k, hashes[i])
 		s.mu.Lock()
 		_, marked := s.dirty[k]
+		if !marked {
+			_, marked = s.pushing[k]
+		}
 		s.mu.Unlock()
 		if alive[i] || marked || bad != 0 || len(hashes[i]) == 0 || !dead(st, s.cfg.Region, now) {
 			continue
