@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/internal/testenv"
 )
@@ -225,6 +227,23 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		t.Fatal(err)
 	}
 	defer plain.Close(ctx)
+	// The outbox to us is watched through one client that keeps its
+	// connections and knows the slots: a command of the cluster tools
+	// (cl.Do) dials a node and runs CLUSTER NODES each time, which the
+	// region's runs alone would pay.
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: w.clusters["eu"].Seeds(), DisableCache: true,
+		ClientSetInfo: rueidis.DisableClientSetInfo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var xlens rueidis.Commands
+	for s := range 16 {
+		// The outbox of each shard, and that of the earlier layout.
+		for _, kind := range []string{"outbox", "outlog"} {
+			xlens = append(xlens, rc.B().Xlen().Key(fmt.Sprintf("hotcount:rg:%s:{hotcount-rg-%d}:us", kind, s)).Build().Pin())
+		}
+	}
 	run := func(name string, c *hotcount.Client) {
 		if rate > 0 {
 			name += fmt.Sprintf(", offered %d/s", rate)
@@ -272,18 +291,13 @@ func measureLongTail(t *testing.T, w *world, eu *hotcount.Client, rate int) {
 		// until the outbox to us is empty.
 		deadline := time.Now().Add(2 * time.Minute)
 		for c.Region() != "" {
-			left := 0
-			for s := range 16 {
-				// The outbox of each shard, and that of the earlier
-				// layout.
-				for _, kind := range []string{"outbox", "outlog"} {
-					v, err := cl.Do(ctx, "XLEN", fmt.Sprintf("hotcount:rg:%s:{hotcount-rg-%d}:us", kind, s))
-					if err != nil {
-						t.Fatal(err)
-					}
-					m, _ := strconv.Atoi(v)
-					left += m
+			var left int64
+			for _, r := range rc.DoMulti(ctx, xlens...) {
+				m, err := r.AsInt64()
+				if err != nil {
+					t.Fatal(err)
 				}
+				left += m
 			}
 			if left == 0 || time.Now().After(deadline) {
 				break
