@@ -40,8 +40,11 @@ type backend interface {
 	close()
 }
 
-func openBackend(ctx context.Context, seeds []string) (backend, error) {
-	if len(seeds) == 0 {
+// openBackend opens the cache that redis says: with seed addresses the
+// Redis (Cluster) they reach, logged in and secured as redis says; without
+// them one embedded store.
+func openBackend(ctx context.Context, redis hotcount.RedisConfig) (backend, error) {
+	if len(redis.Addrs) == 0 {
 		st, err := mem.New(mem.Config{})
 		if err != nil {
 			return nil, err
@@ -49,26 +52,32 @@ func openBackend(ctx context.Context, seeds []string) (backend, error) {
 		return &memBackend{st: st}, nil
 	}
 	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:   seeds,
+		InitAddress:   redis.Addrs,
+		Username:      redis.Username,
+		Password:      redis.Password,
+		TLSConfig:     redis.TLS,
 		DisableCache:  true,
 		ClientSetInfo: rueidis.DisableClientSetInfo,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, seeds, err)
+		return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, redis.Addrs, err)
 	}
-	return &redisBackend{seeds: seeds, rc: rc}, nil
+	return &redisBackend{redis: redis, rc: rc}, nil
 }
 
-// redisBackend is a Redis (Cluster) reached through seeds.
+// redisBackend is a Redis (Cluster) reached through the seeds of redis,
+// every connection logged in and secured as redis says.
 type redisBackend struct {
-	seeds []string
+	redis hotcount.RedisConfig
 	rc    rueidis.Client
 }
 
 func (b *redisBackend) kind() string { return "redis" }
 
 func (b *redisBackend) open(ctx context.Context, cfg hotcount.Config) (*hotcount.Client, error) {
-	cfg.Redis.Addrs = b.seeds
+	flushDelay := cfg.Redis.FlushDelay
+	cfg.Redis = b.redis
+	cfg.Redis.FlushDelay = flushDelay
 	return hotcount.New(ctx, cfg)
 }
 

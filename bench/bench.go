@@ -209,6 +209,11 @@ type Config struct {
 	// Redis lists seed addresses; empty means one embedded store shared by
 	// all instances (its simulated nodes are counted instead of primaries).
 	Redis []string
+	// Login is how every connection to Redis logs in and is secured: its
+	// Username, Password and TLS serve the bench's own client and every
+	// instance (its Addrs and FlushDelay are not used: Redis gives the
+	// seeds). It needs Redis.
+	Login hotcount.RedisConfig
 	// Key is the counter key; each mode writes Key + ":" + mode + ":" +
 	// RunID, the same key in all its rounds. Required.
 	Key string
@@ -449,6 +454,9 @@ func (c Config) validate(now time.Time) (settings, error) {
 		s.RunID = strconv.FormatInt(now.UnixMilli(), 36)
 	}
 	s.Redis = append([]string(nil), c.Redis...)
+	if len(s.Redis) == 0 && hasLogin(c.Login) {
+		return bad("login and TLS settings need Redis seeds")
+	}
 	for _, v := range append(s.variants, variant{Single, 1}) {
 		if err := hotcount.ValidateKey(s.runKey(v)); err != nil {
 			return bad("key with its run suffix: %v", err)
@@ -508,4 +516,15 @@ func (s *settings) label(v variant) string {
 		return string(v.mode) + " n=" + strconv.Itoa(v.n)
 	}
 	return string(v.mode)
+}
+
+// hasLogin reports whether login sets a user, a password or TLS.
+func hasLogin(login hotcount.RedisConfig) bool {
+	return login.Username != "" || login.Password != "" || login.TLS != nil
+}
+
+// redisConfig returns the settings of the connections to the Redis of
+// seeds: logged in and secured as login says.
+func redisConfig(seeds []string, login hotcount.RedisConfig) hotcount.RedisConfig {
+	return hotcount.RedisConfig{Addrs: append([]string(nil), seeds...), Username: login.Username, Password: login.Password, TLS: login.TLS}
 }

@@ -99,6 +99,20 @@ const (
 type LongTailConfig struct {
 	// Redis are the cluster's seed addresses (required).
 	Redis []string
+	// Login is how every connection to the cluster logs in and is
+	// secured: its Username, Password and TLS serve the bench's own
+	// client, the hotcount side, the proxy's connections to the cluster
+	// and (user and password) redis-benchmark's direct cases (its Addrs
+	// and FlushDelay are not used: Redis and UpstreamDelay say those).
+	// redis-benchmark takes the password on its command line (-a): it
+	// reads it from nowhere else, so the process list of the machine
+	// shows it while a direct case runs.
+	Login hotcount.RedisConfig
+	// BenchmarkTLS are redis-benchmark's arguments for TLS in the direct
+	// cases (--tls, and --cacert, --cert, --key, --sni as needed): with
+	// Login.TLS on the proxy path they are required, and the program
+	// must have been built with TLS.
+	BenchmarkTLS []string
 	// Keys is the number of tail counters.
 	Keys int
 	// TailClients and ViralClients are the callers of the tail and of
@@ -235,6 +249,9 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 	if len(c.Redis) == 0 {
 		return c, fmt.Errorf("%w: longtail needs --redis (a cluster)", ErrConfig)
 	}
+	if len(c.BenchmarkTLS) > 0 && c.Login.TLS == nil {
+		return c, fmt.Errorf("%w: longtail: redis-benchmark's TLS arguments without TLS settings", ErrConfig)
+	}
 	if c.Keys < 0 || c.TailClients < 0 || c.ViralClients < 0 || c.Requests < 0 || c.LibDuration < 0 || c.Flush < 0 || c.UpstreamDelay < 0 || c.DirectClients < 0 {
 		return c, fmt.Errorf("%w: longtail settings must not be negative", ErrConfig)
 	}
@@ -278,15 +295,43 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 			return c, fmt.Errorf("%w: longtail workload %q (want tail, mixed or reads)", ErrConfig, w)
 		}
 	}
+	if c.Login.TLS != nil && slices.Contains(c.Paths, "proxy") && len(c.BenchmarkTLS) == 0 {
+		return c, fmt.Errorf("%w: longtail over TLS needs redis-benchmark's TLS arguments (BenchmarkTLS) for the proxy path", ErrConfig)
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
 	return c, nil
 }
 
+// benchmarkLogin returns redis-benchmark's arguments that log in and
+// secure its connections to the cluster as c says: --user and -a, then
+// BenchmarkTLS.
+func (c LongTailConfig) benchmarkLogin() []string {
+	var args []string
+	if c.Login.Password != "" {
+		if c.Login.Username != "" {
+			args = append(args, "--user", c.Login.Username)
+		}
+		args = append(args, "-a", c.Login.Password)
+	}
+	return append(args, c.BenchmarkTLS...)
+}
+
+// checkBenchmarkTLS reports whether the program bench speaks TLS: its
+// --help lists --tls only when it was built with TLS.
+func checkBenchmarkTLS(ctx context.Context, bench string) error {
+	out, _ := exec.CommandContext(ctx, bench, "--help").CombinedOutput()
+	if !strings.Contains(string(out), "--tls") {
+		return fmt.Errorf("%w: %s was built without TLS (its --help lists no --tls): the direct cases cannot reach the cluster over TLS; run longtail with --paths library, or use a redis-benchmark built with TLS", ErrConfig, bench)
+	}
+	return nil
+}
+
 // ltRun is one RunLongTail.
 type ltRun struct {
 	cfg   LongTailConfig
+	redis hotcount.RedisConfig // the cluster's seeds, with Login
 	b     *redisBackend
 	nodes []string
 	topo  *store.Topology
@@ -306,16 +351,24 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, err := exec.LookPath(cfg.Benchmark); err != nil && slices.Contains(cfg.Paths, "proxy") {
-		return nil, fmt.Errorf("%w: %s not found (the proxy path drives it): %w", ErrConfig, cfg.Benchmark, err)
+	if slices.Contains(cfg.Paths, "proxy") {
+		if _, err := exec.LookPath(cfg.Benchmark); err != nil {
+			return nil, fmt.Errorf("%w: %s not found (the proxy path drives it): %w", ErrConfig, cfg.Benchmark, err)
+		}
+		if len(cfg.BenchmarkTLS) > 0 {
+			if err := checkBenchmarkTLS(ctx, cfg.Benchmark); err != nil {
+				return nil, err
+			}
+		}
 	}
-	be, err := openBackend(ctx, cfg.Redis)
+	redis := redisConfig(cfg.Redis, cfg.Login)
+	be, err := openBackend(ctx, redis)
 	if err != nil {
 		return nil, err
 	}
 	defer be.close()
 	rb := be.(*redisBackend)
-	probe, err := hotcount.New(ctx, hotcount.Config{Redis: hotcount.RedisConfig{Addrs: cfg.Redis}})
+	probe, err := hotcount.New(ctx, hotcount.Config{Redis: redis})
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +377,7 @@ func RunLongTail(ctx context.Context, cfg LongTailConfig) (*LongTailReport, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &ltRun{cfg: cfg, b: rb, nodes: append([]string(nil), topo.Nodes...), topo: topo, run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+	r := &ltRun{cfg: cfg, redis: redis, b: rb, nodes: append([]string(nil), topo.Nodes...), topo: topo, run: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	rep := &LongTailReport{Primaries: r.nodes, Store: cfg.Store}
 	if r.idle, err = r.idleRate(ctx); err != nil {
 		return rep, err
@@ -641,7 +694,8 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	tail := []string{"--cluster", "-h", host, "-p", port}
+	login := r.cfg.benchmarkLogin()
+	tail := append([]string{"--cluster", "-h", host, "-p", port}, login...)
 	viral := r.nodeOf(pfx + "viral")
 	vh, vp, err := net.SplitHostPort(viral)
 	if err != nil {
@@ -653,7 +707,7 @@ func (r *ltRun) benchDirect(ctx context.Context, w, pfx string) (int64, int64, t
 	if strings.Contains(pfx, ":directslow:") {
 		clients = r.cfg.DirectClients
 	}
-	return r.driveN(ctx, w, clients, tail, pfx+"{tag}:", []string{"-h", vh, "-p", vp}, pfx+"viral")
+	return r.driveN(ctx, w, clients, tail, pfx+"{tag}:", append([]string{"-h", vh, "-p", vp}, login...), pfx+"viral")
 }
 
 // benchProxy sends the workload through a hotcount proxy in front of
@@ -664,17 +718,21 @@ func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (incrs, viral int
 		return 0, 0, 0, err
 	}
 	defer func() { err = errors.Join(err, closeDB()) }()
+	upstream := r.redis
+	upstream.FlushDelay = r.cfg.UpstreamDelay
 	hc, err := hotcount.New(ctx, hotcount.Config{
 		// As `hotcount proxy` sets it (with --data DIR, or without a
 		// durable store: r.cfg.Store).
-		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis, FlushDelay: r.cfg.UpstreamDelay},
+		Redis:      upstream,
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
 		Durability: hotcount.DurabilityConfig{Store: db},
 	})
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	srv, err := proxy.New(ctx, proxy.Config{Counters: hc, Redis: hotcount.RedisConfig{Addrs: r.cfg.Redis}})
+	// redis-benchmark reaches this proxy on a plain loopback port with
+	// no password; the proxy logs in to the cluster as r.redis says.
+	srv, err := proxy.New(ctx, proxy.Config{Counters: hc, Redis: r.redis})
 	if err != nil {
 		_ = hc.Close(ctx)
 		return 0, 0, 0, err
@@ -763,16 +821,30 @@ func (r *ltRun) driveN(ctx context.Context, w string, clients int, tailArgs []st
 	return int64(r.cfg.Requests) + viral, viral, time.Since(start), errors.Join(tailErr, viralErr)
 }
 
+// benchmark runs redis-benchmark with args; messages show them without
+// the password.
 func (r *ltRun) benchmark(ctx context.Context, args []string) error {
 	cmd := exec.CommandContext(ctx, r.cfg.Benchmark, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("bench: %s %s: %w: %s", r.cfg.Benchmark, strings.Join(args, " "), err, out)
+		return fmt.Errorf("bench: %s %s: %w: %s", r.cfg.Benchmark, strings.Join(redactPassword(args), " "), err, out)
 	}
 	if s := string(out); strings.Contains(s, "ERR") || strings.Contains(s, "Error") {
 		return fmt.Errorf("bench: %s reported errors: %s", r.cfg.Benchmark, lastLines(s, 5))
 	}
 	return nil
+}
+
+// redactPassword returns args with the password after -a replaced, for
+// messages.
+func redactPassword(args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i+1 < len(out); i++ {
+		if out[i] == "-a" {
+			out[i+1] = "***"
+		}
+	}
+	return out
 }
 
 func lastLines(s string, n int) string {
@@ -801,7 +873,7 @@ func (r *ltRun) library(ctx context.Context, w, pfx string, rate [2]float64) (in
 	}
 	defer func() { err = errors.Join(err, closeDB()) }()
 	hc, err := hotcount.New(ctx, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: r.cfg.Redis},
+		Redis:      r.redis,
 		Namespaces: []hotcount.Namespace{{Prefix: pfx, Buffered: true, FlushInterval: r.cfg.Flush}},
 		Durability: hotcount.DurabilityConfig{Store: db},
 	})

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotcount/hotcount"
 )
 
 // TestLongTail runs the long-tail benchmark at a small scale on the test
@@ -56,7 +58,7 @@ func TestLongTail(t *testing.T) {
 		t.Fatalf("report: %v\n%s", err, out.String())
 	}
 	// Nothing of the run is left.
-	be, err := openBackend(ctx, cluster.Seeds())
+	be, err := openBackend(ctx, hotcount.RedisConfig{Addrs: cluster.Seeds()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := openBackend(ctx, s.Redis)
+	b, err := openBackend(ctx, redisConfig(s.Redis, s.Login))
 	if err != nil {
 		return nil, err
 	}

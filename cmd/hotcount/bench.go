@@ -25,6 +25,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var c bench.Config
 	var redis, key, mode, compare, ns, svg, rate string
 	var asJSON bool
+	var sec redisSecurity
 	calibrate := bench.DefaultCalibrate
 	fs.StringVar(&redis, "redis", "", "Redis seed addresses, comma-separated (empty: one embedded store shared by the instances)")
 	fs.StringVar(&key, "key", "", "counter key; each run writes KEY:MODE:RUNID (required)")
@@ -41,6 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&c.Workers, "workers", 0, "goroutines per instance, or with --rate the most calls one instance has in flight (0: 4 unbuffered, 1 buffered, with --rate as many as the rate needs)")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the benchmark keys in the cache")
 	fs.BoolVar(&asJSON, "json", false, `print JSON: {"runs": [...], "ratios": {...}}`)
+	sec.register(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -91,6 +93,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usagef(stderr, "bench: --mode takes one mode (use --compare for several)")
 	}
 	c.Key, c.Modes, c.Redis = key, modes, splitAddrs(redis)
+	if c.Login, err = sec.forRedis(c.Redis); err != nil {
+		return usagef(stderr, "bench: %v", err)
+	}
 	if len(c.Redis) > 0 {
 		c.Calibrate = calibrate
 	}
@@ -202,6 +207,7 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	var c bench.LongTailConfig
 	var redis, paths, workloads string
 	var asJSON bool
+	var sec redisSecurity
 	fs.StringVar(&redis, "redis", "", "Redis Cluster seed addresses, comma-separated (required)")
 	fs.IntVar(&c.Keys, "keys", bench.DefaultTailKeys, "tail counters (uniform random keys)")
 	fs.IntVar(&c.TailClients, "clients", bench.DefaultTailClients, "callers of the tail (half of them in the mixed workload)")
@@ -216,10 +222,16 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.StringVar(&c.Benchmark, "redis-benchmark", "redis-benchmark", "the redis-benchmark program")
 	fs.StringVar(&c.Store, "store", bench.DefaultTailStore, "durable store of the hotcount side: embedded (a SQLite store in a temporary folder, with its checkpoints, as serve and proxy --data run) or none (no checkpoints, as proxy without --data or --postgres)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	sec.register(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
 	c.Redis = splitAddrs(redis)
+	var err error
+	if c.Login, err = sec.forRedis(c.Redis); err != nil {
+		return usagef(stderr, "bench longtail: %v", err)
+	}
+	c.BenchmarkTLS = sec.benchmarkTLS()
 	c.Paths, c.Workloads = splitList(paths), splitList(workloads)
 	c.Log = stderr
 	rep, err := bench.RunLongTail(ctx, c)

@@ -118,14 +118,7 @@ func (b *backendFlags) remote() (r *remote, code int, ok bool) {
 // redisConfig returns the Redis settings of --redis and the login and TLS
 // flags (the password from --redis-password-file or $HOTCOUNT_REDIS_PASSWORD).
 func (b *backendFlags) redisConfig() (hotcount.RedisConfig, error) {
-	sec := b.sec
-	if sec.PasswordFile == "" {
-		sec.Password = os.Getenv(envRedisPass)
-	}
-	if sec.set() && b.redis == "" {
-		return hotcount.RedisConfig{}, errors.New("the --redis-* login and TLS flags need --redis")
-	}
-	return sec.resolve(splitAddrs(b.redis))
+	return b.sec.forRedis(splitAddrs(b.redis))
 }
 
 func (b *backendFlags) open(ctx context.Context, rc hotcount.RedisConfig) (*hotcount.Client, error) {

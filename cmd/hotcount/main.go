@@ -181,14 +181,19 @@ var commandExamples = map[string]string{
                                                    3 rounds of 10 s per mode: about two minutes
   hotcount bench longtail --redis 127.0.0.1:7100 --json
                                                    the long tail and the mixed load against plain INCR (docs/performance.md)
+  hotcount bench --redis 10.0.0.1:6379 --redis-tls-ca redis-ca.pem --redis-password-file /run/secrets/redis --key hot --mode combined
+                                                   a cluster that asks for a password and serves TLS
 `,
 	"bench longtail": `  hotcount bench longtail --redis 127.0.0.1:7100 --json
                                                    200,000 cold counters and a viral key, proxy and library, a few minutes
   hotcount bench longtail --redis 127.0.0.1:7100 --paths library --workloads mixed --duration 10m
                                                    ten minutes of the mixed load through the library
+  hotcount bench longtail --redis 10.0.0.1:6379 --redis-username bench --redis-password-file /run/secrets/redis --json
+                                                   a cluster with an ACL user (redis-benchmark gets the password with -a)
 `,
 	"soak": `  hotcount soak --duration 1m --interval 10s
   hotcount soak --redis 127.0.0.1:7100 --duration 10m --keep
+  HOTCOUNT_REDIS_PASSWORD=... hotcount soak --redis 10.0.0.1:6379 --redis-tls --duration 10m
 `,
 	"rebuild": `  hotcount rebuild --redis 127.0.0.1:7100 --data ./hotcount-data --prefix orders:
   hotcount rebuild --redis 127.0.0.1:7100 --postgres postgres://hotcount@db/hotcount --key orders:7 --json

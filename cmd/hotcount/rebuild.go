@@ -41,9 +41,6 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, done := fs.parse(args); done {
 		return code
 	}
-	if sec.PasswordFile == "" {
-		sec.Password = os.Getenv(envRedisPass)
-	}
 	switch {
 	case *redisAddrs == "":
 		return usagef(stderr, "rebuild: --redis is required")
@@ -61,7 +58,7 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return usagef(stderr, "rebuild: %v", err)
 		}
 	}
-	rc, err := sec.resolve(splitAddrs(*redisAddrs))
+	rc, err := sec.forRedis(splitAddrs(*redisAddrs))
 	if err != nil {
 		return usagef(stderr, "rebuild: %v", err)
 	}

@@ -93,6 +93,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("interval", 10*time.Second, "time between samples")
 	asJSON := fs.Bool("json", false, "print JSON lines")
 	keep := fs.Bool("keep", false, "keep the counters the run wrote (default: clear them at the end)")
+	var sec redisSecurity
+	sec.register(fs)
 	if code, done := fs.parse(args); done {
 		return code
 	}
@@ -104,10 +106,14 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *keys < 2:
 		return usagef(stderr, "soak: --keys must be at least 2, got %d", *keys)
 	}
+	rc, err := sec.forRedis(splitAddrs(*redis))
+	if err != nil {
+		return usagef(stderr, "soak: %v", err)
+	}
 	before := runtime.NumGoroutine()
 	prefix := fmt.Sprintf("soak:%d:", time.Now().UnixNano())
 	c, err := hotcount.New(ctx, hotcount.Config{
-		Redis:      hotcount.RedisConfig{Addrs: splitAddrs(*redis)},
+		Redis:      rc,
 		Defaults:   hotcount.Namespace{N: 4, ReadCacheTTL: 100 * time.Millisecond, FlushInterval: 100 * time.Millisecond},
 		Namespaces: []hotcount.Namespace{{Prefix: prefix + "b:", Buffered: true}},
 	})

@@ -39,6 +39,12 @@ func (r *redisSecurity) register(fs *flagSet) {
 	fs.StringVar(&r.ServerName, "redis-tls-server-name", "", "name the Redis certificates are checked against (default: the host of each address)")
 }
 
+// tlsOn reports whether the settings ask for TLS: --redis-tls, or a CA,
+// a client certificate or a server name, which imply it.
+func (r redisSecurity) tlsOn() bool {
+	return r.TLS || r.CA != "" || r.Cert != "" || r.ServerName != ""
+}
+
 // set reports whether any setting is given.
 func (r redisSecurity) set() bool { return r != redisSecurity{} }
 
@@ -64,7 +70,7 @@ func (r redisSecurity) resolve(addrs []string) (hotcount.RedisConfig, error) {
 	if (r.Cert == "") != (r.Key == "") {
 		return rc, errors.New("redis_tls_cert and redis_tls_key go together")
 	}
-	if !r.TLS && r.CA == "" && r.Cert == "" && r.ServerName == "" {
+	if !r.tlsOn() {
 		return rc, nil
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.ServerName}
@@ -88,6 +94,44 @@ func (r redisSecurity) resolve(addrs []string) (hotcount.RedisConfig, error) {
 	}
 	rc.TLS = tc
 	return rc, nil
+}
+
+// forRedis returns the Redis settings of a command that reaches the Redis
+// of addrs with these flags: without --redis-password-file the password
+// comes from $HOTCOUNT_REDIS_PASSWORD. With no addrs (a command's
+// embedded store) the flags are an error and the environment is not
+// read.
+func (r redisSecurity) forRedis(addrs []string) (hotcount.RedisConfig, error) {
+	if len(addrs) == 0 {
+		if r.set() {
+			return hotcount.RedisConfig{}, errors.New("the --redis-* login and TLS flags need --redis")
+		}
+		return hotcount.RedisConfig{}, nil
+	}
+	if r.PasswordFile == "" {
+		r.Password = os.Getenv(envRedisPass)
+	}
+	return r.resolve(addrs)
+}
+
+// benchmarkTLS returns redis-benchmark's arguments for the TLS these
+// flags ask for: --tls, then --cacert, --cert and --key with the same
+// files, and --sni with the server name; none without TLS.
+func (r redisSecurity) benchmarkTLS() []string {
+	if !r.tlsOn() {
+		return nil
+	}
+	args := []string{"--tls"}
+	if r.CA != "" {
+		args = append(args, "--cacert", r.CA)
+	}
+	if r.Cert != "" {
+		args = append(args, "--cert", r.Cert, "--key", r.Key)
+	}
+	if r.ServerName != "" {
+		args = append(args, "--sni", r.ServerName)
+	}
+	return args
 }
 
 // readSecret reads a secret from a file: the whole file without the
