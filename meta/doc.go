@@ -77,7 +77,12 @@
 //
 //   - the mark is written (SET, with the record's generation as value)
 //     before every compare-and-set that saves a record: creation, change,
-//     pin, and restore from the durable store;
+//     pin, and restore from the durable store; when the compare-and-set
+//     fails, the record is read again and the mark written is deleted
+//     (if it still holds the value written) unless that record is of the
+//     same generation: the record was dropped meanwhile, or another
+//     process wrote the counter's first record (whose mark is then
+//     written again, SET … NX);
 //   - it is deleted only after the record was deleted (a drop, a counter
 //     folded back to its cold sub-counter, a restore taken back), and
 //     only if it still holds the deleted record's value (one script), so
@@ -94,9 +99,21 @@
 //     or uncached read, and Remark marks again the counters whose marks a
 //     node that came back empty held (the checkpoint restore calls it).
 //     Until then a writer takes the counter for cold (its increment goes
-//     to the cold sub-counter, which every reader sums).
+//     to the cold sub-counter, which every reader sums);
+//   - a mark written by SET … NX (a look-up's, a reader's, Remark's) may
+//     be of a record deleted, with its mark, after the look-up read it:
+//     the records of the marks SET … NX wrote are read again, and a mark
+//     whose record is gone or of another generation by then is deleted
+//     (if it still holds the value written). The record is read after
+//     the mark was written, so a record found then is deleted, if ever,
+//     after the mark was written, and its deleter deletes the mark.
 //
-// A mark without a record is harmless: it only costs a look-up.
+// So no mark outlives its record, whatever the processes of a counter do
+// at the same moment. A mark without a record is left only when a step
+// fails (a process dies between deleting a record and its mark, or the
+// deletion of the mark fails): it costs the counter's writers a look-up
+// per TTL until the counter's next record takes the mark over, and, for
+// a record with a deadline, it expires with it.
 //
 // # Re-placement
 //

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -34,19 +35,55 @@ func markFor(key string, mt Meta) store.Mark {
 
 // save writes data, the encoding of mt, as key's record if its epoch is
 // epoch (CASMeta), after writing the record's mark: a record never exists
-// without its mark, as far as this process's writes go.
+// without its mark, as far as this process's writes go. When the record
+// is not written, the mark written for it may stand for no record (the
+// record was dropped meanwhile) or hold another record's value (a first
+// record written meanwhile by another process): settleMark takes it back.
 func (m *Manager) save(ctx context.Context, key string, epoch uint64, mt Meta, data []byte) (bool, error) {
-	if err := m.b.SetMarks(ctx, []store.Mark{markFor(key, mt)}, false); err != nil {
+	mk := markFor(key, mt)
+	if _, err := m.b.SetMarks(ctx, []store.Mark{mk}, false); err != nil {
 		return false, fmt.Errorf("mark: %w", err)
 	}
-	return m.b.CASMeta(ctx, key, epoch, data)
+	ok, err := m.b.CASMeta(ctx, key, epoch, data)
+	if !ok {
+		m.settleMark(ctx, key, mk.Value)
+	}
+	return ok, err
+}
+
+// settleMark takes back the mark of value v that this process wrote for
+// key's record, unless the record the cache holds now is of that value:
+// it reads the record after the mark was written, so a record it finds
+// was deleted (if at all) after the mark was written, and its deleter
+// deletes the mark; otherwise the mark is deleted here if it still holds
+// v, and a record of another value found gets its own mark back (heal).
+// Best effort: a mark left behind when a step fails costs its counter a
+// look-up per TTL (see "Record marks" in the package documentation).
+func (m *Manager) settleMark(ctx context.Context, key string, v int64) {
+	data, ok, err := m.b.GetMeta(ctx, key)
+	if err != nil {
+		return
+	}
+	var mt Meta
+	if ok {
+		if mt, err = decode(data); err != nil {
+			return // a look-up reports it
+		}
+		if markValue(mt.Gen) == v {
+			return
+		}
+	}
+	if err := m.b.DelMark(ctx, key, v); err != nil || !ok {
+		return
+	}
+	_ = m.heal(ctx, []string{key}, []Meta{mt})
 }
 
 // unsave deletes key's record of epoch epoch and generation gen
 // (CASMeta with nil data) and then, if it was deleted, its mark, unless
 // the mark holds another record's value by then (a record written since,
 // whose writer marked it first). A mark left behind (the deletion failed)
-// is harmless: it costs a look-up.
+// costs a look-up.
 func (m *Manager) unsave(ctx context.Context, key string, epoch uint64, gen string) (bool, error) {
 	ok, err := m.b.CASMeta(ctx, key, epoch, nil)
 	if ok && err == nil {
@@ -57,7 +94,11 @@ func (m *Manager) unsave(ctx context.Context, key string, epoch uint64, gen stri
 
 // heal gives the records found by a look-up their marks where they have
 // none (SET … NX): a record written by a version without marks, or whose
-// mark a failover or a node that came back empty lost.
+// mark a failover or a node that came back empty lost. A record may have
+// been deleted, and its mark with it, after the look-up read it: the
+// records of the marks heal wrote are read again, and a mark whose record
+// is gone or of another value by then is deleted again (if it still holds
+// the value written), so that no mark outlives its record.
 func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 	if len(keys) == 0 {
 		return nil
@@ -66,10 +107,37 @@ func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 	for i, k := range keys {
 		marks[i] = markFor(k, mts[i])
 	}
-	if err := m.b.SetMarks(ctx, marks, true); err != nil {
+	written, err := m.b.SetMarks(ctx, marks, true)
+	if err != nil {
 		return fmt.Errorf("meta: mark records: %w", err)
 	}
-	return nil
+	var wk []string
+	var wv []int64
+	for i, w := range written {
+		if w {
+			wk, wv = append(wk, keys[i]), append(wv, marks[i].Value)
+		}
+	}
+	if len(wk) == 0 {
+		return nil
+	}
+	data, err := m.b.GetMetas(ctx, wk)
+	if err != nil {
+		return fmt.Errorf("meta: read the records just marked: %w", err)
+	}
+	var errs []error
+	for i, d := range data {
+		if d != nil {
+			mt, err := decode(d)
+			if err != nil || markValue(mt.Gen) == wv[i] {
+				continue // a look-up reports a bad record
+			}
+		}
+		if err := m.b.DelMark(ctx, wk[i], wv[i]); err != nil {
+			errs = append(errs, fmt.Errorf("meta: take back the mark of %q: %w", wk[i], err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // HealMarks gives the records of keys that the cache holds (found by a

@@ -32,7 +32,7 @@ func (b *markLog) add(s string) {
 	b.mu.Unlock()
 }
 
-func (b *markLog) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error {
+func (b *markLog) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) ([]bool, error) {
 	for _, m := range marks {
 		if onlyNew {
 			b.add("heal " + m.Key)

@@ -138,9 +138,9 @@ type Backend interface {
 	// Get reads keys; a missing key reads 0.
 	Get(ctx context.Context, keys []string) ([]int64, error)
 	// SetMarks writes the record marks of counters (keyspace.MarkKey),
-	// one pipelined round per node. With onlyNew a mark that exists
-	// already is left as it is (SET … NX).
-	SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error
+	// one pipelined round per node, and reports which it wrote. With
+	// onlyNew a mark that exists already is left as it is (SET … NX).
+	SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) (written []bool, err error)
 	// DelMark deletes the record mark of counter key if it holds v,
 	// atomically.
 	DelMark(ctx context.Context, key string, v int64) error

@@ -233,11 +233,13 @@ func (s *Store) FoldIn(ctx context.Context, key, label, foldID string, delta int
 
 // SetMarks writes the record marks of counters (keyspace.MarkKey) as
 // integer keys in the node of their cold sub-counter; with onlyNew a mark
-// that exists is left as it is. One round per node.
-func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error {
+// that exists is left as it is. One round per node. It reports which
+// marks it wrote.
+func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) ([]bool, error) {
 	if err := s.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
+	written := make([]bool, len(marks))
 	keys := make([]string, len(marks))
 	for i, m := range marks {
 		keys[i] = keyspace.MarkKey(m.Key)
@@ -254,6 +256,7 @@ func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) 
 			if _, ok := nd.live(k, now); ok && onlyNew {
 				continue
 			}
+			written[i] = true
 			nd.ints[k] = marks[i].Value
 			delete(nd.exp, k)
 			if at := marks[i].ExpireAt; !at.IsZero() {
@@ -264,7 +267,10 @@ func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) 
 		}
 		nd.mu.Unlock()
 	}
-	return s.durable(seq)
+	if err := s.durable(seq); err != nil {
+		return nil, err
+	}
+	return written, nil
 }
 
 // DelMark deletes the record mark of counter key if it holds v: one

@@ -27,10 +27,11 @@ return 0
 var delMark = newScript(delMarkScript)
 
 // SetMarks writes the record marks of counters (SET, with PXAT when a
-// mark expires, and NX with onlyNew), one pipelined round per node.
-func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) error {
+// mark expires, and NX with onlyNew), one pipelined round per node, and
+// reports which it wrote (with onlyNew, those that did not exist).
+func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) ([]bool, error) {
 	if len(marks) == 0 {
-		return nil
+		return nil, nil
 	}
 	keys := make([]string, len(marks))
 	for i, m := range marks {
@@ -54,14 +55,18 @@ func (s *Store) SetMarks(ctx context.Context, marks []store.Mark, onlyNew bool) 
 		},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	written := make([]bool, len(res))
 	for i, r := range res {
-		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) { // NX that found the mark: nil
-			return fmt.Errorf("SET %q: %w", keys[i], s.mapErr(err))
+		switch err := r.Error(); {
+		case err == nil:
+			written[i] = true
+		case !rueidis.IsRedisNil(err): // NX that found the mark: nil
+			return nil, fmt.Errorf("SET %q: %w", keys[i], s.mapErr(err))
 		}
 	}
-	return nil
+	return written, nil
 }
 
 // DelMark deletes the record mark of counter key if it holds v, in one

@@ -10,7 +10,7 @@ import (
 
 // TestMarks: IncrByMarked reports the mark and increments in one round;
 // SetMarks writes marks (NX leaves an existing one, PXAT gives a
-// deadline); DelMark deletes a mark only if it holds the given value.
+// deadline) and reports which it wrote; DelMark deletes a mark only if it holds the given value.
 func TestMarks(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := ctxT(t)
@@ -19,8 +19,8 @@ func TestMarks(t *testing.T) {
 		if v, marked, err := s.IncrByMarked(ctx, sub, mark, 2, time.Time{}); err != nil || v != 2 || marked {
 			t.Fatalf("IncrByMarked without a mark = %d %v %v, want 2 false", v, marked, err)
 		}
-		if err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 7}}, false); err != nil {
-			t.Fatal(err)
+		if w, err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 7}}, false); err != nil || len(w) != 1 || !w[0] {
+			t.Fatalf("SetMarks = %v %v, want [true]", w, err)
 		}
 		at := time.Now().Add(time.Hour)
 		if v, marked, err := s.IncrByMarked(ctx, sub, mark, 3, at); err != nil || v != 5 || !marked {
@@ -30,8 +30,8 @@ func TestMarks(t *testing.T) {
 			t.Fatalf("deadlines of the sub-counter and the mark = %+v %v", ds, err)
 		}
 		// NX leaves the mark (its value and its lack of deadline) alone.
-		if err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 8, ExpireAt: at}}, true); err != nil {
-			t.Fatal(err)
+		if w, err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 8, ExpireAt: at}}, true); err != nil || len(w) != 1 || w[0] {
+			t.Fatalf("SetMarks NX of a mark that exists = %v %v, want [false]", w, err)
 		}
 		if err := s.DelMark(ctx, "mk", 8); err != nil {
 			t.Fatal(err)
@@ -45,8 +45,8 @@ func TestMarks(t *testing.T) {
 		if _, marked, err := s.IncrByMarked(ctx, sub, mark, 1, time.Time{}); err != nil || marked {
 			t.Fatalf("after DelMark of its value: marked %v %v, want false", marked, err)
 		}
-		if err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 9, ExpireAt: at}}, true); err != nil {
-			t.Fatal(err)
+		if w, err := s.SetMarks(ctx, []store.Mark{{Key: "mk", Value: 9, ExpireAt: at}, {Key: "mk2", Value: 1}}, true); err != nil || len(w) != 2 || !w[0] || !w[1] {
+			t.Fatalf("SetMarks NX of marks that do not exist = %v %v, want [true true]", w, err)
 		}
 		if ds, err := s.Deadlines(ctx, []string{mark}); err != nil || !ds[0].At.Equal(at.Truncate(time.Millisecond)) {
 			t.Fatalf("new mark's deadline = %+v %v, want %v", ds, err, at)
