@@ -394,7 +394,10 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 
 // Clear deletes the counter key: every sub-counter and its metadata, after
 // sending this process's buffered deltas; its next increment starts it
-// again. Clearing a counter that does not exist is not an error.
+// again. Clearing a counter that does not exist is not an error. Once
+// the metadata record is deleted, the rest (its record mark, the
+// sub-counters it named) is deleted even if ctx ends meanwhile: nothing
+// would name them afterwards.
 func (c *Client) Clear(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err

@@ -108,12 +108,19 @@
 //     the mark was written, so a record found then is deleted, if ever,
 //     after the mark was written, and its deleter deletes the mark.
 //
+// The steps that take a mark back (the deletion of a deleted record's
+// mark, and the reads and deletions above) run even when the caller's
+// context has ended, bounded by SettleTimeout: a caller that gives up
+// once the record is deleted, or whose write of a mark failed (its reply
+// lost: it may have landed), does not leave the mark.
+//
 // So no mark outlives its record, whatever the processes of a counter do
-// at the same moment. A mark without a record is left only when a step
-// fails (a process dies between deleting a record and its mark, or the
-// deletion of the mark fails): it costs the counter's writers a look-up
-// per TTL until the counter's next record takes the mark over, and, for
-// a record with a deadline, it expires with it.
+// at the same moment, and whenever their callers give up. A mark without
+// a record is left only when a step fails (a process dies between
+// deleting a record and its mark, or the cache does not answer the
+// deletion): it costs the counter's writers a look-up per TTL until the
+// counter's next record takes the mark over, and, for a record with a
+// deadline, it expires with it.
 //
 // # Re-placement
 //

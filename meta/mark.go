@@ -33,15 +33,29 @@ func markFor(key string, mt Meta) store.Mark {
 	return mk
 }
 
+// SettleTimeout bounds the steps that take back a mark a write left
+// without its record (see "Record marks" in the package documentation):
+// they run even when the caller's context has ended, since the write
+// they follow may have landed, and nothing else would take it back.
+const SettleTimeout = 5 * time.Second
+
+// settleCtx returns the context of the steps that take back a mark: not
+// ended with ctx, bounded by SettleTimeout.
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
+}
+
 // save writes data, the encoding of mt, as key's record if its epoch is
 // epoch (CASMeta), after writing the record's mark: a record never exists
 // without its mark, as far as this process's writes go. When the record
 // is not written, the mark written for it may stand for no record (the
-// record was dropped meanwhile) or hold another record's value (a first
-// record written meanwhile by another process): settleMark takes it back.
+// record was dropped meanwhile, or the write failed) or hold another
+// record's value (a first record written meanwhile by another process):
+// settleMark takes it back.
 func (m *Manager) save(ctx context.Context, key string, epoch uint64, mt Meta, data []byte) (bool, error) {
 	mk := markFor(key, mt)
 	if _, err := m.b.SetMarks(ctx, []store.Mark{mk}, false); err != nil {
+		m.settleMark(ctx, key, mk.Value) // it may have been written
 		return false, fmt.Errorf("mark: %w", err)
 	}
 	ok, err := m.b.CASMeta(ctx, key, epoch, data)
@@ -51,15 +65,17 @@ func (m *Manager) save(ctx context.Context, key string, epoch uint64, mt Meta, d
 	return ok, err
 }
 
-// settleMark takes back the mark of value v that this process wrote for
-// key's record, unless the record the cache holds now is of that value:
-// it reads the record after the mark was written, so a record it finds
-// was deleted (if at all) after the mark was written, and its deleter
-// deletes the mark; otherwise the mark is deleted here if it still holds
-// v, and a record of another value found gets its own mark back (heal).
-// Best effort: a mark left behind when a step fails costs its counter a
-// look-up per TTL (see "Record marks" in the package documentation).
+// settleMark takes back the mark of value v that this process may have
+// written for key's record, unless the record the cache holds now is of
+// that value: it reads the record after the mark was written, so a record
+// it finds was deleted (if at all) after the mark was written, and its
+// deleter deletes the mark; otherwise the mark is deleted here if it
+// still holds v, and a record of another value found gets its own mark
+// back (heal). It runs in settleCtx. Best effort: a mark left behind
+// when a step fails costs its counter a look-up per TTL.
 func (m *Manager) settleMark(ctx context.Context, key string, v int64) {
+	ctx, cancel := settleCtx(ctx)
+	defer cancel()
 	data, ok, err := m.b.GetMeta(ctx, key)
 	if err != nil {
 		return
@@ -82,12 +98,20 @@ func (m *Manager) settleMark(ctx context.Context, key string, v int64) {
 // unsave deletes key's record of epoch epoch and generation gen
 // (CASMeta with nil data) and then, if it was deleted, its mark, unless
 // the mark holds another record's value by then (a record written since,
-// whose writer marked it first). A mark left behind (the deletion failed)
-// costs a look-up.
+// whose writer marked it first). The mark is deleted in settleCtx: a
+// caller that gives up once the record is gone does not leave the mark;
+// when the deletion of the record fails, it may have landed, and
+// settleMark deletes the mark if the record is gone. A mark left behind
+// (the deletion of the mark failed) costs a look-up per TTL.
 func (m *Manager) unsave(ctx context.Context, key string, epoch uint64, gen string) (bool, error) {
 	ok, err := m.b.CASMeta(ctx, key, epoch, nil)
-	if ok && err == nil {
-		_ = m.b.DelMark(ctx, key, markValue(gen))
+	switch {
+	case ok && err == nil:
+		sctx, cancel := settleCtx(ctx)
+		_ = m.b.DelMark(sctx, key, markValue(gen))
+		cancel()
+	case err != nil:
+		m.settleMark(ctx, key, markValue(gen))
 	}
 	return ok, err
 }
@@ -96,9 +120,10 @@ func (m *Manager) unsave(ctx context.Context, key string, epoch uint64, gen stri
 // none (SET … NX): a record written by a version without marks, or whose
 // mark a failover or a node that came back empty lost. A record may have
 // been deleted, and its mark with it, after the look-up read it: the
-// records of the marks heal wrote are read again, and a mark whose record
-// is gone or of another value by then is deleted again (if it still holds
-// the value written), so that no mark outlives its record.
+// records of the marks heal wrote (all of them, when SetMarks failed) are
+// read again, in settleCtx, and a mark whose record is gone or of another
+// value by then is deleted again (if it still holds the value written),
+// so that no mark outlives its record.
 func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 	if len(keys) == 0 {
 		return nil
@@ -107,25 +132,27 @@ func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 	for i, k := range keys {
 		marks[i] = markFor(k, mts[i])
 	}
-	written, err := m.b.SetMarks(ctx, marks, true)
-	if err != nil {
-		return fmt.Errorf("meta: mark records: %w", err)
-	}
+	written, setErr := m.b.SetMarks(ctx, marks, true)
 	var wk []string
 	var wv []int64
-	for i, w := range written {
-		if w {
+	for i := range marks {
+		if setErr != nil || written[i] {
 			wk, wv = append(wk, keys[i]), append(wv, marks[i].Value)
 		}
 	}
 	if len(wk) == 0 {
 		return nil
 	}
-	data, err := m.b.GetMetas(ctx, wk)
-	if err != nil {
-		return fmt.Errorf("meta: read the records just marked: %w", err)
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	errs := []error{setErr}
+	if setErr != nil {
+		errs[0] = fmt.Errorf("meta: mark records: %w", setErr)
 	}
-	var errs []error
+	data, err := m.b.GetMetas(sctx, wk)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("meta: read the records just marked: %w", err))...)
+	}
 	for i, d := range data {
 		if d != nil {
 			mt, err := decode(d)
@@ -133,7 +160,7 @@ func (m *Manager) heal(ctx context.Context, keys []string, mts []Meta) error {
 				continue // a look-up reports a bad record
 			}
 		}
-		if err := m.b.DelMark(ctx, wk[i], wv[i]); err != nil {
+		if err := m.b.DelMark(sctx, wk[i], wv[i]); err != nil {
 			errs = append(errs, fmt.Errorf("meta: take back the mark of %q: %w", wk[i], err))
 		}
 	}

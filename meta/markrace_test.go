@@ -13,12 +13,29 @@ import (
 
 // markHook is a backend over a shared store whose hooks each run once:
 // afterGet right after a GetMeta found a record, beforeMark right before
-// a mark is written over whatever is there (SetMarks without onlyNew).
+// a mark is written over whatever is there (SetMarks without onlyNew),
+// afterDelete right after a record was deleted. With lostReply the next
+// such SetMarks writes its marks and then fails, as a write whose reply
+// was lost.
 type markHook struct {
 	*mem.Store
-	mu         sync.Mutex
-	afterGet   func()
-	beforeMark func()
+	mu          sync.Mutex
+	afterGet    func()
+	beforeMark  func()
+	afterDelete func()
+	lostReply   bool
+}
+
+var errLostReply = errors.New("reply lost")
+
+func (b *markHook) CASMeta(ctx context.Context, key string, epoch uint64, data []byte) (bool, error) {
+	ok, err := b.Store.CASMeta(ctx, key, epoch, data)
+	if ok && err == nil && data == nil {
+		if f := b.take(&b.afterDelete); f != nil {
+			f()
+		}
+	}
+	return ok, err
 }
 
 // take returns the hook *f and clears it, under the lock.
@@ -46,20 +63,32 @@ func (b *markHook) SetMarks(ctx context.Context, marks []store.Mark, onlyNew boo
 			f()
 		}
 	}
-	return b.Store.SetMarks(ctx, marks, onlyNew)
+	w, err := b.Store.SetMarks(ctx, marks, onlyNew)
+	b.mu.Lock()
+	lost := b.lostReply && !onlyNew && err == nil
+	if lost {
+		b.lostReply = false
+	}
+	b.mu.Unlock()
+	if lost {
+		return nil, errLostReply
+	}
+	return w, err
 }
 
 // pending reports whether a hook has not run yet.
 func (b *markHook) pending() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.afterGet != nil || b.beforeMark != nil
+	return b.afterGet != nil || b.beforeMark != nil || b.afterDelete != nil || b.lostReply
 }
 
 // TestMarkNotLeftByRace: a record's mark goes with the record whatever
-// another process of the counter does meanwhile. The process under test
-// (m) writes a mark in each case on what it read just before another
-// process (other) dropped or replaced the record: without a check
+// another process of the counter does meanwhile, and whenever the caller
+// gives up. The process under test (m) writes a mark in the first cases
+// on what it read just before another process (other) dropped or
+// replaced the record, or loses the reply of its write of a mark, or
+// gives up (its context ends) once it deleted a record: without a check
 // afterwards, the mark outlived its record for good (no deadline), so
 // that every writer of the counter looked its record up once per TTL,
 // and a cleared counter left a key behind.
@@ -117,6 +146,21 @@ func TestMarkNotLeftByRace(t *testing.T) {
 				t.Fatal("the record another process wrote lost its mark")
 			}
 			dropOK(t, other) // its mark must go with it
+		}},
+		{"mark whose reply was lost", func(t *testing.T, b *markHook, m, other *meta.Manager) {
+			dropOK(t, other) // start with no record
+			b.lostReply = true
+			if err := m.Resize(ctx, "k", 3); !errors.Is(err, errLostReply) {
+				t.Fatalf("Resize = %v, want the lost reply", err)
+			}
+		}},
+		{"drop whose caller gives up once the record is deleted", func(t *testing.T, b *markHook, m, other *meta.Manager) {
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			b.afterDelete = cancel
+			if ok, err := m.Drop(cctx, "k"); err != nil || !ok {
+				t.Fatalf("Drop = %v %v, want a record dropped", ok, err)
+			}
 		}},
 	}
 	for _, c := range cases {

@@ -211,11 +211,18 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// read exactly what was sent.
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	exact := false
-	if err := c.Flush(closeCtx); err == nil {
+	exact, checkWhy := false, ""
+	if err := c.Flush(closeCtx); err != nil {
+		checkWhy = fmt.Sprintf("flush: %v", err)
+	} else {
 		time.Sleep(150 * time.Millisecond) // past the read cache TTL
-		if r, err := c.Get(closeCtx, checkKey); err == nil {
-			exact = r.Value == checkSent.Load()
+		switch r, err := c.Get(closeCtx, checkKey); {
+		case err != nil:
+			checkWhy = fmt.Sprintf("read: %v", err)
+		case r.Value != checkSent.Load():
+			checkWhy = fmt.Sprintf("reads %d, %d sent", r.Value, checkSent.Load())
+		default:
+			exact = true
 		}
 	}
 	removed, rmErr := removeKeys()
@@ -236,7 +243,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case afterClose > before+soakGoroutineSlack:
 		v.Verdict, v.Reason = "growth", fmt.Sprintf("%d goroutines after Close, %d before New", afterClose, before)
 	case !exact:
-		v.Verdict, v.Reason = "fail", "check counter does not read what was sent"
+		v.Verdict, v.Reason = "fail", "check counter does not read what was sent ("+checkWhy+")"
 	}
 	if *asJSON {
 		if code := printJSON(stdout, stderr, v); code != exitOK {

@@ -130,7 +130,9 @@ func (e *Engine) expireNow(ctx context.Context, key string) error {
 	for i, l := range sets[0] {
 		subs[i] = keyspace.SubKey(key, l)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	// Even when the caller gives up now, as Clear does: once the record
+	// is gone nothing names the sub-counters.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	defer cancel()
 	if err := e.st.Del(ctx, subs); err != nil {
 		return err

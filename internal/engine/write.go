@@ -347,7 +347,10 @@ func (e *Engine) Clear(ctx context.Context, key string) error {
 			return fmt.Errorf("clear %q: %w", key, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	// The sub-counters go even when the caller gives up now: once the
+	// record is gone nothing names them, and a Clear tried again deletes
+	// the cold one alone.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	defer cancel()
 	if err := e.st.Del(ctx, sub); err != nil {
 		return fmt.Errorf("clear %q: %w", key, err)
