@@ -59,11 +59,13 @@ var (
 )
 
 // otherFlags are flags of other programs the docs quote alone, in a code
-// span: scripts/redis-suite's, Redis's Tcl suite's, podman's.
+// span: scripts/redis-suite's, Redis's Tcl suite's, podman's,
+// redis-benchmark's.
 var otherFlags = map[string]bool{
 	"tests": true, "keep": true, // scripts/redis-suite
 	"host": true, "port": true, "singledb": true, "durable": true, // Redis's test_helper.tcl
 	"runtime": true, "cgroup-manager": true, // podman
+	"user": true, "tls": true, "cacert": true, "cert": true, "sni": true, // redis-benchmark
 	"version": true, "help": true,
 }
 
