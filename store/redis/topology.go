@@ -88,10 +88,22 @@ func (s *Store) refreshLoop() {
 	}
 }
 
+// probeKey is the key of the EXISTS that makes the cluster client read
+// the slot map again when it knows no node (fetch); nothing writes it.
+const probeKey = "hotcount:probe"
+
 // fetch reads the slot map: CLUSTER SLOTS from the known nodes in turn until
 // one answers with a map that covers every slot.
 func (s *Store) fetch(ctx context.Context) (*store.Topology, map[string]rueidis.Client, error) {
 	clients := s.client.Nodes()
+	if s.cluster && len(clients) == 0 {
+		// The cluster client's last map read came back with no slots (the
+		// seed that answered first holds none: a node outside the cluster,
+		// or one that lost its configuration) and it kept no node. A
+		// command with a key makes it read the map again, from every seed.
+		_ = s.client.Do(ctx, s.client.B().Exists().Key(probeKey).Build()).Error()
+		clients = s.client.Nodes()
+	}
 	addrs := make([]string, 0, len(clients))
 	for a := range clients {
 		addrs = append(addrs, a)
