@@ -35,6 +35,10 @@ type ClusterOptions struct {
 	// BasePort, when set, puts node i on BasePort+i (primaries first, then
 	// the replicas of primary 0, of primary 1, ...). 0 picks free ports.
 	BasePort int
+	// TLS, when set, makes every node serve TLS on a second port
+	// (Node.TLSAddr, Cluster.TLSSeeds) and speak TLS on the cluster bus
+	// and for replication, with these files.
+	TLS *TLS
 	// Daemonize lets the processes outlive this process (for the command
 	// line): they run in their own session, and Down(Dir) stops them.
 	Daemonize bool
@@ -125,7 +129,7 @@ func (c *Cluster) startNodes(ctx context.Context, bin string, o ClusterOptions) 
 		}
 		g.Go(func() error {
 			n, err := launch(gctx, launchSpec{
-				bin: bin, port: port, cluster: true, daemon: o.Daemonize, fresh: true,
+				bin: bin, port: port, cluster: true, daemon: o.Daemonize, fresh: true, tls: o.TLS,
 				dirFor: func(p int) string { return filepath.Join(c.dir, "node-"+strconv.Itoa(p)) },
 			})
 			nodes[i] = n
@@ -231,6 +235,18 @@ func (c *Cluster) Seeds() []string {
 	out := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		out[i] = n.Addr
+	}
+	return out
+}
+
+// TLSSeeds returns the TLS addresses of all nodes, primaries first; nil
+// when the cluster serves no TLS (ClusterOptions.TLS).
+func (c *Cluster) TLSSeeds() []string {
+	var out []string
+	for _, n := range c.nodes {
+		if n.TLSAddr != "" {
+			out = append(out, n.TLSAddr)
+		}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -57,6 +58,9 @@ type Node struct {
 	Addr string
 	// Port is the client port; the cluster bus port is Port+10000.
 	Port int
+	// TLSAddr is "127.0.0.1:port" of the node's TLS port, where clients
+	// reach it over TLS; "" when it serves none (ClusterOptions.TLS).
+	TLSAddr string
 	// Dir is the working directory (dump file, nodes.conf, redis.log).
 	Dir string
 
@@ -112,6 +116,7 @@ type launchSpec struct {
 	daemon  bool
 	fresh   bool // remove the directory before starting
 	extra   []string
+	tls     *TLS // serve TLS too (a cluster's nodes: ClusterOptions.TLS)
 	dirFor  func(port int) string
 }
 
@@ -129,6 +134,10 @@ func launch(ctx context.Context, s launchSpec) (*Node, error) {
 		} else if err := checkPort(port, s.cluster); err != nil {
 			return nil, err
 		}
+		extra, tlsAddr, err := s.tlsArgs(port)
+		if err != nil {
+			return nil, err
+		}
 		dir := s.dirFor(port)
 		if s.fresh {
 			if err := os.RemoveAll(dir); err != nil {
@@ -139,15 +148,16 @@ func launch(ctx context.Context, s launchSpec) (*Node, error) {
 			return nil, fmt.Errorf("rediscluster: %w", err)
 		}
 		n := &Node{
-			Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			Port:   port,
-			Dir:    dir,
-			bin:    s.bin,
-			args:   nodeArgs(port, dir, s.cluster, s.extra),
-			daemon: s.daemon,
+			Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			Port:    port,
+			TLSAddr: tlsAddr,
+			Dir:     dir,
+			bin:     s.bin,
+			args:    nodeArgs(port, dir, s.cluster, extra),
+			daemon:  s.daemon,
 		}
 		n.mu.Lock()
-		err := n.startLocked(ctx)
+		err = n.startLocked(ctx)
 		n.mu.Unlock()
 		if err == nil {
 			return n, nil
@@ -159,6 +169,45 @@ func launch(ctx context.Context, s launchSpec) (*Node, error) {
 			os.RemoveAll(dir)
 		}
 	}
+}
+
+// TLS names the PEM files of a cluster whose nodes serve TLS
+// (ClusterOptions.TLS).
+type TLS struct {
+	CertFile, KeyFile string // the nodes' server certificate and key
+	// ClientCertFile and ClientKeyFile are the certificate a node presents
+	// when it connects to another: the cluster bus always asks for one.
+	ClientCertFile, ClientKeyFile string
+	CAFile                        string // the CA that signed them all
+}
+
+// tlsArgs returns s.extra with, when s.tls is set, the arguments that make
+// the node on port serve TLS on a free port of its own (returned as
+// tlsAddr) and speak TLS to the other nodes: on the cluster bus (kept at
+// port+10000, where the plain-port handshakes of create look for it) and
+// for replication, presenting the client certificate (the bus asks for
+// one). The plain port stays open for this package's own commands;
+// CLUSTER SLOTS answers each client with the ports of its own kind.
+// Clients may present a certificate (tls-auth-clients optional).
+func (s launchSpec) tlsArgs(port int) (extra []string, tlsAddr string, err error) {
+	extra = s.extra
+	if s.tls == nil {
+		return extra, "", nil
+	}
+	tp, err := pickPort(false)
+	if err != nil {
+		return nil, "", err
+	}
+	extra = append(slices.Clone(extra),
+		"--tls-port", strconv.Itoa(tp),
+		"--tls-cert-file", s.tls.CertFile, "--tls-key-file", s.tls.KeyFile,
+		"--tls-client-cert-file", s.tls.ClientCertFile, "--tls-client-key-file", s.tls.ClientKeyFile,
+		"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "optional")
+	if s.cluster {
+		extra = append(extra, "--tls-cluster", "yes", "--tls-replication", "yes",
+			"--cluster-port", strconv.Itoa(port+busOffset))
+	}
+	return extra, net.JoinHostPort("127.0.0.1", strconv.Itoa(tp)), nil
 }
 
 // nodeArgs returns the redis-server command line of a node.
