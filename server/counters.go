@@ -1,17 +1,20 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
 // "n" creates a counter that does not exist yet with n sub-counters,
-// pinned (409 when it exists with another n).
+// pinned (409 when it exists with another n); an increment the counter
+// would refuse is refused before it is created.
 func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	key, err := pathKey(r)
 	if err != nil {
@@ -38,6 +41,14 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if n != nil {
+		// What the increment itself would refuse is refused before the
+		// counter is created: a refused request changes nothing.
+		if by > store.MaxValue || by < -store.MaxValue {
+			return fmt.Errorf("incr %q: %w: |by| %d passes the sub-counter bound %d", key, hotcount.ErrOverflow, by, int64(store.MaxValue))
+		}
+		if id != nil && s.c.Mode(key) != hotcount.ModeDurable {
+			return fmt.Errorf("incr %q: %w", key, hotcount.ErrNotDurable)
+		}
 		start := time.Now()
 		_, err := s.c.Create(r.Context(), key, int(*n))
 		s.metrics.since(opResize, start)

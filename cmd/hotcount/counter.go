@@ -11,6 +11,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // backendFlags are the flags that choose a backend for one-shot commands:
@@ -265,13 +266,18 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // validateInput applies the library's key and delta rules before anything
-// is opened, so bad input is a usage error (exit 2).
+// is opened, so bad input is a usage error (exit 2), and an increment
+// with --n that the counter would refuse does not create the counter
+// first.
 func validateInput(key string, delta int64) error {
 	if err := hotcount.ValidateKey(key); err != nil {
 		return err
 	}
 	if delta == 0 {
 		return hotcount.ErrZeroDelta
+	}
+	if delta > store.MaxValue || delta < -store.MaxValue {
+		return fmt.Errorf("%w: |by| %d passes the sub-counter bound %d", hotcount.ErrOverflow, delta, int64(store.MaxValue))
 	}
 	return nil
 }

@@ -60,6 +60,23 @@ func TestCounterCommandsUsage(t *testing.T) {
 	}
 }
 
+// TestIncrPastTheBoundRefusedFirst: an increment past the sub-counter
+// bound is a usage error found before anything is reached (exit 2, no
+// server asked), so that with --n it does not create the counter it would
+// then fail to increment.
+func TestIncrPastTheBoundRefusedFirst(t *testing.T) {
+	clearBackendEnv(t)
+	for _, by := range []string{"9007199254740992", "-9007199254740992"} {
+		code, out, errOut := runCLI("incr", "--server", "http://127.0.0.1:1", "--key", "fresh", "--by", by, "--n", "4")
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "sub-counter bound") || strings.Contains(errOut, "127.0.0.1:1") {
+			t.Errorf("incr --by %s: exit %d, stdout %q, stderr %q; want exit 2 naming the sub-counter bound, no server reached", by, code, out, errOut)
+		}
+	}
+	if code, _, errOut := runCLI("incr", "--server", "http://127.0.0.1:1", "--key", "fresh", "--by", "9007199254740991"); code != exitFailure {
+		t.Errorf("incr --by 2^53-1: exit %d (%q), want 1: the bound itself is allowed, and no server answers", code, errOut)
+	}
+}
+
 func TestGetJSON(t *testing.T) {
 	clearBackendEnv(t)
 	t.Setenv(envServer, startTestServer(t))
