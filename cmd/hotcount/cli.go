@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 )
 
@@ -42,13 +43,18 @@ func (fs *flagSet) parse(args []string) (code int, done bool) {
 		return exitOK, true
 	}
 	if err != nil {
-		return fs.usagef("%v", err), true
+		return fs.usagef("%s", typedFlag.ReplaceAllString(err.Error(), "${1}--${2}")), true
 	}
 	if fs.NArg() > 0 {
 		return fs.usagef("unexpected argument %q", fs.Arg(0)), true
 	}
 	return exitOK, false
 }
+
+// typedFlag is a flag named in an error of the flag package, which writes
+// one dash ("flag needs an argument: -key"); messages name flags with two,
+// as they are typed and as help lists them.
+var typedFlag = regexp.MustCompile(`(flag |for |: )-([a-zA-Z0-9][a-zA-Z0-9_.-]*)`)
 
 // printHelp writes the command's summary, flags and examples to stdout.
 func (fs *flagSet) printHelp() {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -111,6 +112,9 @@ func TestCLIConventions(t *testing.T) {
 	}
 }
 
+// flagHelpLine is the line of help that names a flag.
+var flagHelpLine = regexp.MustCompile(`^  --[a-z0-9-]+( [^ ]+)?$`)
+
 // TestHelpNamesFlagsAsTyped: help lists flags as they are typed
 // (--log-format, not -log-format), and serve and proxy name each flag's
 // type as the schema has it (the flag package reads them as strings).
@@ -125,6 +129,12 @@ func TestHelpNamesFlagsAsTyped(t *testing.T) {
 		for _, line := range strings.Split(flags, "\n") {
 			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
 				t.Errorf("%s --help: %q: a flag is typed with two dashes", name, line)
+			}
+			// "--name" or "--name TYPE": the flag package takes a
+			// `quoted` word of the usage for TYPE, so a usage that
+			// quotes a command would show it here.
+			if strings.HasPrefix(line, "  --") && !flagHelpLine.MatchString(line) {
+				t.Errorf("%s --help: %q: want --name or --name TYPE (one word)", name, line)
 			}
 		}
 	}
@@ -147,6 +157,15 @@ func TestSubcommandHelp(t *testing.T) {
 		first, _, _ := strings.Cut(out, "\n")
 		if code != exitOK || strings.Contains(first, group) || !strings.Contains(out, "Examples:\n  hotcount "+name) {
 			t.Errorf("%s --help: exit %d, first line %q (the group's summary is %q); want its own summary and examples", name, code, first, group)
+		}
+	}
+	// `hotcount help NAME` prints what `hotcount NAME --help` prints,
+	// for a command of two words too.
+	for _, name := range []string{"bench longtail", "cluster up", "cluster down", "cluster status", "cluster", "bench", "serve"} {
+		code, out, _ := runCLI(append([]string{"help"}, strings.Fields(name)...)...)
+		_, want, _ := runCLI(append(strings.Fields(name), "--help")...)
+		if code != exitOK || out != want {
+			t.Errorf("help %s: exit %d, first line %q; want what %s --help prints", name, code, strings.SplitN(out, "\n", 2)[0], name)
 		}
 	}
 	if _, out, _ := runCLI("bench", "--help"); !strings.Contains(out, "hotcount bench longtail") {
@@ -184,5 +203,28 @@ func TestShardsSuggestsRebalance(t *testing.T) {
 	}
 	if _, out, _ := runCLI("shards", "--server", ts.URL, "--key", "it's", "--json"); strings.Contains(out, "rebalance") {
 		t.Fatalf("--json output carries the hint: %q", out)
+	}
+}
+
+// TestErrorsNameFlagsAsTyped: a bad flag's message names it with two
+// dashes, as it is typed and as help lists it (the flag package writes
+// one), and a usage error says what to give.
+func TestErrorsNameFlagsAsTyped(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"incr", "--key"}, "flag needs an argument: --key"},
+		{[]string{"incr", "--key", "a", "--by", "x"}, `invalid value "x" for flag --by`},
+		{[]string{"incr", "--key", "a", "--by", "-x"}, `invalid value "-x" for flag --by`},
+		{[]string{"get", "--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"get", "--json=maybe"}, "for --json"},
+		{[]string{"resize", "--key", "a"}, "give --n N (1..1024) or --auto"},
+		{[]string{"resize", "--key", "a", "--n", "0"}, "--n must be 1..1024, got 0"},
+	} {
+		code, _, errOut := runCLI(tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errOut, tc.want)
+		}
 	}
 }

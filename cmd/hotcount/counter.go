@@ -45,7 +45,7 @@ const (
 // it is empty.
 func (b *backendFlags) register(fs *flagSet, withN string) {
 	b.fs = fs
-	fs.StringVar(&b.server, "server", "", "URL of a running `hotcount serve`; default $"+envServer+", else "+DefaultServer+" (unless --redis or $"+envRedis+" is given)")
+	fs.StringVar(&b.server, "server", "", "`URL` of a running hotcount serve; default $"+envServer+", else "+DefaultServer+" (unless --redis or $"+envRedis+" is given)")
 	fs.StringVar(&b.token, "token", "", "bearer token for --server; default $"+envClientToken+" (a flag shows in ps)")
 	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the bearer token for --server")
 	fs.StringVar(&b.redis, "redis", "", "Redis seed addresses, comma-separated, to work on a cluster directly; default $"+envRedis)

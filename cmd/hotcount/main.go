@@ -73,7 +73,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
-				return c.run(ctx, []string{"--help"}, stdout, stderr)
+				// "help bench longtail", "help cluster up": the words
+				// after the command name its subcommand.
+				sub := append(append([]string{}, args[2:]...), "--help")
+				return c.run(ctx, sub, stdout, stderr)
 			}
 			fmt.Fprintf(stderr, "hotcount: help: unknown command %q (run 'hotcount help')\n", args[1])
 			return exitUsage

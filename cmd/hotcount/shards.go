@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -111,9 +112,13 @@ func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, done := fs.parse(args); done {
 		return code
 	}
+	nGiven := false
+	fs.Visit(func(f *flag.Flag) { nGiven = nGiven || f.Name == "n" })
 	switch {
 	case *key == "":
 		return fs.usagef("--key is required")
+	case !*auto && !nGiven:
+		return fs.usagef("give --n N (1..%d) or --auto", keyspace.MaxN)
 	case *auto && *n != 0:
 		return fs.usagef("give --n or --auto, not both")
 	case !*auto && (*n < 1 || *n > keyspace.MaxN):
