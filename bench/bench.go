@@ -11,7 +11,12 @@
 //     connections and, in the buffered modes, its own buffer, as Procs
 //     application processes would have. All use the same seeds. With no
 //     Redis seeds they share one embedded store (store/mem), standing in
-//     for the cache that separate processes would share.
+//     for the cache that separate processes would share. An instance
+//     whose connection timed out (a node capped at a small share of a
+//     CPU may leave a new connection's handshake unanswered past the
+//     client's 2 s dial timeout) is opened again, a second later, for up
+//     to 30 s from its first attempt; the same holds for the clients
+//     that read back and sample the counter.
 //  2. The write-command counters of every primary are read (INFO
 //     commandstats on Redis, Stats on the embedded store).
 //  3. For Duration, the instances increment a fresh key (the Config's key
@@ -90,6 +95,13 @@
 // reports every node's writes per second and its utilisation: those writes
 // over the ceiling. Flush scripts (EVALSHA) cost a node more than a plain
 // INCRBY, so a buffered mode's utilisation is a lower bound.
+//
+// The calibration leaves nothing of its load behind: each step returns
+// once every call in flight has returned (answered, or given up after
+// the call timeout and counted as an error), and increments still queued
+// in the generator when the step's window ended are not sent. On nodes
+// capped at 0.3% of a CPU, the calibrated node's INCRBY count did not
+// move after the ramp had ended.
 //
 // # Counting cache writes
 //

@@ -170,7 +170,7 @@ func plateau(steps []CalibrationStep, best int) float64 {
 func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error) {
 	key := s.calibrationKey()
 	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: openCallTimeout}
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	checker, err := openRetrying(ctx, b, hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout}, defaultOpenRetry)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		}
 	}()
 
-	ins, err := openInstances(ctx, b, cfg, s.Procs)
+	ins, err := openInstances(ctx, b, cfg, s.Procs, defaultOpenRetry)
 	if err != nil {
 		return nil, fmt.Errorf("calibration: opening %d instances: %w", s.Procs, err)
 	}

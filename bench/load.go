@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Timeouts and bounds of one round.
@@ -55,13 +57,47 @@ type instance struct {
 	call     hist         // open-loop: its call's start to its acknowledgement
 }
 
+// Opening an instance again after its connection timed out (see
+// openInstances).
+const (
+	// openRetryWithin bounds the attempts of one instance: none starts
+	// this long after its first. A node capped at 0.3% of a CPU, on a
+	// machine whose CPUs were all busy, left a new connection's handshake
+	// unanswered for up to 35 s.
+	openRetryWithin = 30 * time.Second
+	// openRetryPause is the wait before each further attempt: three CFS
+	// periods of a node capped at 0.3% of a CPU.
+	openRetryPause = time.Second
+)
+
+// openRetry says how openInstances retries an instance whose connection
+// timed out: attempts start for within after the first, pause apart.
+type openRetry struct {
+	within, pause time.Duration
+}
+
+// defaultOpenRetry is the retry of every run and calibration.
+var defaultOpenRetry = openRetry{within: openRetryWithin, pause: openRetryPause}
+
 // openInstances opens p clients of cfg concurrently. On error the ones
 // already open are closed.
-func openInstances(ctx context.Context, b backend, cfg hotcount.Config, p int) ([]*instance, error) {
+//
+// An instance whose open timed out (the backend unavailable because a
+// connection's handshake or first slot-map read was not answered within
+// the client's dial timeout, 2 s) is opened again, r.pause later, until
+// r.within has passed since its first attempt: a node capped at a small
+// share of a CPU answers a new connection only when its quota lets it
+// run, and on a busy machine that was once later than the dial timeout
+// for all eight instances of a run, which failed the whole bench (the
+// calibration before it had left no increment queued at any node: its
+// calls had all returned). Other errors, and a ctx that ends, are not
+// retried. The error of an instance that never opened says how
+// many attempts it made over how long, and wraps the last one's error.
+func openInstances(ctx context.Context, b backend, cfg hotcount.Config, p int, r openRetry) ([]*instance, error) {
 	ins := make([]*instance, p)
 	errs := make([]error, p)
 	forEach(p, func(i int) {
-		c, err := b.open(ctx, cfg)
+		c, err := openRetrying(ctx, b, cfg, r)
 		if err != nil {
 			errs[i] = err
 			return
@@ -73,6 +109,42 @@ func openInstances(ctx context.Context, b backend, cfg hotcount.Config, p int) (
 		return nil, err
 	}
 	return ins, nil
+}
+
+// openRetrying opens one client of cfg, again after each attempt that
+// timed out, as openInstances says.
+func openRetrying(ctx context.Context, b backend, cfg hotcount.Config, r openRetry) (*hotcount.Client, error) {
+	first := time.Now()
+	for attempt := 1; ; attempt++ {
+		c, err := b.open(ctx, cfg)
+		if err == nil {
+			return c, nil
+		}
+		if !openTimedOut(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		if time.Since(first)+r.pause >= r.within {
+			return nil, fmt.Errorf("connection still timing out after %d attempt(s) over %v: %w", attempt, time.Since(first).Round(time.Millisecond), err)
+		}
+		t := time.NewTimer(r.pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// openTimedOut says whether err is an open that failed because the
+// backend did not answer in time (a dial, handshake or slot-map read that
+// timed out), as opposed to one that answered with an error.
+func openTimedOut(err error) bool {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // closeInstances closes every instance (draining buffered deltas) and
@@ -334,12 +406,12 @@ func runRound(ctx context.Context, s *settings, b backend, v variant, base int64
 	cfg := s.instanceConfig(v)
 	// The checker reads the total back; it may wait longer than the
 	// instances' default timeout on a loaded machine.
-	checker, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout})
+	checker, err := openRetrying(ctx, b, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout}, defaultOpenRetry)
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
-	reader, err := b.open(ctx, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}})
+	reader, err := openRetrying(ctx, b, hotcount.Config{Defaults: hotcount.Namespace{N: n, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}}, defaultOpenRetry)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +443,7 @@ func runRound(ctx context.Context, s *settings, b backend, v variant, base int64
 		out.labelsByNode[topo.NodeOf(sk)]++
 	}
 	out.base = base
-	ins, err := openInstances(ctx, b, cfg, s.Procs)
+	ins, err := openInstances(ctx, b, cfg, s.Procs, defaultOpenRetry)
 	if err != nil {
 		return nil, fmt.Errorf("opening %d instances: %w", s.Procs, err)
 	}
