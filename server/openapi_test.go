@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -204,5 +205,77 @@ func TestHTTPAPIDocMatchesOpenAPI(t *testing.T) {
 		if !member.MatchString(doc) {
 			t.Errorf("docs/http-api.md does not name the member %q of the schema %s", prop, n)
 		}
+	}
+}
+
+// TestHTTPAPIDocQueryAndStatus: docs/http-api.md names, for every query
+// parameter of openapi.json, each value of its enum (`consistency=cached|exact`)
+// and its range (`n`: 1..100), and every status code an operation
+// answers.
+func TestHTTPAPIDocQueryAndStatus(t *testing.T) {
+	raw, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type param struct {
+		Name   string `json:"name"`
+		In     string `json:"in"`
+		Schema struct {
+			Enum    []string `json:"enum"`
+			Minimum *int     `json:"minimum"`
+			Maximum *int     `json:"maximum"`
+		} `json:"schema"`
+	}
+	var spec struct {
+		Paths map[string]map[string]struct {
+			Parameters []param                    `json:"parameters"`
+			Responses  map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	b, err := os.ReadFile("../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.ReplaceAll(string(b), `\|`, "|")
+	checked := 0
+	for p, ops := range spec.Paths {
+		for m, op := range ops {
+			if m == "parameters" {
+				continue
+			}
+			for _, prm := range op.Parameters {
+				if prm.In != "query" {
+					continue
+				}
+				checked++
+				for _, v := range prm.Schema.Enum {
+					re := regexp.MustCompile(regexp.QuoteMeta(prm.Name) + `=([a-z]+\|)*` + regexp.QuoteMeta(v) + `\b`)
+					if !re.MatchString(doc) {
+						t.Errorf("docs/http-api.md does not name %s=%s of %s %s", prm.Name, v, strings.ToUpper(m), p)
+					}
+				}
+				if prm.Schema.Minimum != nil && prm.Schema.Maximum != nil {
+					want := fmt.Sprintf("`%s`: %d..%d", prm.Name, *prm.Schema.Minimum, *prm.Schema.Maximum)
+					if !strings.Contains(doc, want) {
+						t.Errorf("docs/http-api.md does not give the range of ?%s= of %s %s (%s)", prm.Name, strings.ToUpper(m), p, want)
+					}
+				}
+			}
+			for code := range op.Responses {
+				if code == "200" {
+					continue
+				}
+				checked++
+				if !regexp.MustCompile(`\b` + code + `\b`).MatchString(doc) {
+					t.Errorf("docs/http-api.md does not name the status %s of %s %s", code, strings.ToUpper(m), p)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked only %d parameters and statuses", checked)
 	}
 }
