@@ -228,3 +228,49 @@ func TestErrorsNameFlagsAsTyped(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpEnvironmentNamesItsCommands: the Environment section of
+// `hotcount help` names, for $HOTCOUNT_SERVER, $HOTCOUNT_REDIS and
+// $HOTCOUNT_REDIS_PASSWORD, every command whose own help says it reads
+// the variable.
+func TestHelpEnvironmentNamesItsCommands(t *testing.T) {
+	_, top, _ := runCLI("help")
+	_, env, ok := strings.Cut(top, "\nEnvironment:\n")
+	if !ok {
+		t.Fatal("hotcount help has no Environment section")
+	}
+	// entry returns the lines of a variable's entry: its own and the
+	// indented lines that go on with it.
+	entry := func(name string) string {
+		var out []string
+		in := false
+		for _, line := range strings.Split(env, "\n") {
+			switch {
+			case strings.HasPrefix(line, "  "+name+" ") || strings.HasPrefix(line, "  "+name+","):
+				in = true
+			case strings.HasPrefix(line, "  HOTCOUNT_"):
+				in = false
+			}
+			if in {
+				out = append(out, line)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	for _, v := range []string{envServer, envRedis, envRedisPass} {
+		e := entry(v)
+		if e == "" {
+			t.Errorf("hotcount help: no entry for %s", v)
+			continue
+		}
+		for _, name := range sortedCommands() {
+			if name == "serve" || name == "proxy" {
+				continue // the settings' variables, named as such
+			}
+			_, out, _ := runCLI(name, "--help")
+			if regexp.MustCompile(`\$`+v+`\b`).MatchString(out) && !regexp.MustCompile(`\b`+name+`\b`).MatchString(e) {
+				t.Errorf("hotcount help: the entry of %s does not name %s, whose help reads it: %q", v, name, e)
+			}
+		}
+	}
+}

@@ -133,7 +133,7 @@ Environment:
   HOTCOUNT_SERVER, HOTCOUNT_CLIENT_TOKEN   --server and --token of incr, get, shards and resize
                                            (with neither --server nor --redis: http://127.0.0.1:7070)
   HOTCOUNT_REDIS                           --redis of incr, get, shards and resize (and the redis setting of serve and proxy)
-  HOTCOUNT_REDIS_PASSWORD                  the Redis password of incr, get, shards, resize and rebuild
+  HOTCOUNT_REDIS_PASSWORD                  the Redis password of incr, get, shards, resize, rebuild, bench and soak
                                            (and the redis_password setting of serve and proxy)
   HOTCOUNT_<SETTING>                       a setting of serve or proxy (hotcount help serve, docs/configuration.md)
 `
