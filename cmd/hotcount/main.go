@@ -118,7 +118,7 @@ Examples:
   hotcount plan --rate 40000 --node-capacity 10000 --nodes 20 --procs 100 --flush 500ms --json
   hotcount cluster up --dir /tmp/hc --port 7100    a local 3-primary Redis Cluster; prints its seeds
   hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 20 --duration 2s --rounds 1
-                                                   the four modes side by side, about 15 s (3 rounds of 10 s per mode without the last flags)
+                                                   the four modes side by side, about 20 s (3 rounds of 10 s per mode without the last flags)
   hotcount shards --redis 127.0.0.1:7100 --key likes:post:42
   hotcount proxy --redis 127.0.0.1:7100             Redis clients on 127.0.0.1:6380; admin on 127.0.0.1:7071
   hotcount cluster down --dir /tmp/hc
@@ -179,7 +179,7 @@ var commandExamples = map[string]string{
   hotcount proxy --config hotcount.yaml --resp-listen 127.0.0.1:6380 --admin-listen off
 `,
 	"bench": `  hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 20 --duration 2s --rounds 1
-                                                   a quick look, about 15 s
+                                                   a quick look, about 20 s
   hotcount bench --redis 127.0.0.1:7100 --key hot --compare single,sharded,buffered,combined --procs 100 --duration 10s
                                                    3 rounds of 10 s per mode: about two minutes
   hotcount bench longtail --redis 127.0.0.1:7100 --json
