@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/durable"
+	"github.com/hotcount/hotcount/proxy"
 	"github.com/hotcount/hotcount/server"
 	"go.yaml.in/yaml/v3"
 )
@@ -426,6 +428,39 @@ func (c *serveConfig) applyDefaults() {
 	}
 }
 
+// checkRESPBounds checks that the proxy's input bounds, with the proxy's
+// defaults for those left at 0, nest as proxy.Config requires: a bulk
+// argument fits one connection's buffer, which fits the budget of all of
+// them. It blames the setting that was given.
+func (c *serveConfig) checkRESPBounds(bad func(name, format string, args ...any) error) error {
+	bulk := int64(c.RESPMaxBulkLen)
+	if bulk == 0 {
+		bulk = proxy.DefaultMaxBulkLen
+	}
+	qbuf := int64(c.RESPQueryBufferLimit)
+	if qbuf == 0 {
+		// proxy.Config's default: room for the largest bulk argument.
+		qbuf = max(proxy.DefaultQueryBufferLimit, min(bulk, math.MaxInt32)+proxy.MaxInlineSize)
+	}
+	budget := int64(c.RESPMemoryBudget)
+	if budget == 0 {
+		budget = proxy.DefaultMemoryBudget
+	}
+	switch {
+	case bulk > qbuf && c.RESPQueryBufferLimit != 0:
+		return bad(setRESPQueryBuf, "must be at least %s (%d), got %d", setRESPMaxBulk, bulk, qbuf)
+	case bulk > qbuf:
+		return bad(setRESPMaxBulk, "must be at most %s (%d), got %d", setRESPQueryBuf, qbuf, bulk)
+	case qbuf > budget && c.RESPMemoryBudget != 0:
+		return bad(setRESPBudget, "must be at least %s (%d), got %d", setRESPQueryBuf, qbuf, budget)
+	case qbuf > budget && c.RESPQueryBufferLimit != 0:
+		return bad(setRESPQueryBuf, "must be at most %s (%d), got %d", setRESPBudget, budget, qbuf)
+	case qbuf > budget:
+		return bad(setRESPMaxBulk, "makes the default %s %d, past %s (%d): raise %s", setRESPQueryBuf, qbuf, setRESPBudget, budget, setRESPBudget)
+	}
+	return nil
+}
+
 // Validate checks a merged serveConfig.
 func (c *serveConfig) Validate() error {
 	bad := func(name, format string, args ...any) error {
@@ -453,6 +488,9 @@ func (c *serveConfig) Validate() error {
 		if v < 0 {
 			return bad(name, "want a number of bytes (0: the default), got %d", v)
 		}
+	}
+	if err := c.checkRESPBounds(bad); err != nil {
+		return err
 	}
 	if len(c.RESPPeers) > 0 && c.RESPAnnounce == "" {
 		return bad(setRESPPeers, "needs resp_announce (this proxy's own address in the group)")

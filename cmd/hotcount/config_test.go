@@ -205,3 +205,38 @@ namespaces:
 		}
 	}
 }
+
+// TestProxyInputBoundsNest: the proxy's input bounds must nest (a bulk
+// argument fits one connection's buffer, which fits the budget of all of
+// them); a setting that breaks it is a configuration error naming the
+// setting and its source, found before anything is reached (it was found
+// by the proxy only after connecting to Redis: exit 1, in the library's
+// field names).
+func TestProxyInputBoundsNest(t *testing.T) {
+	for _, tc := range []struct {
+		flags map[string]string
+		want  string // the setting blamed, "" for none
+	}{
+		{map[string]string{setRESPQueryBuf: "10"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at least resp_max_bulk_len (67108864)"},
+		{map[string]string{setRESPQueryBuf: "1000", setRESPMaxBulk: "1001"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at least resp_max_bulk_len (1001)"},
+		{map[string]string{setRESPBudget: "1000"}, "resp_memory_budget (from flag --resp-memory-budget): must be at least resp_query_buffer_limit (134217728)"},
+		{map[string]string{setRESPMaxBulk: "4294967296", setRESPBudget: "8589934592"}, "resp_max_bulk_len (from flag --resp-max-bulk-len): must be at most resp_query_buffer_limit (2147549183)"},
+		{map[string]string{setRESPMaxBulk: "1073741824"}, "resp_max_bulk_len (from flag --resp-max-bulk-len): makes the default resp_query_buffer_limit 1073807360"},
+		{map[string]string{setRESPQueryBuf: "2000000000"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at most resp_memory_budget (1073741824)"},
+		{map[string]string{setRESPQueryBuf: "1000", setRESPMaxBulk: "1000", setRESPBudget: "1000"}, ""},
+		{map[string]string{setRESPMaxBulk: "200000000"}, ""}, // the buffer's default grows with it
+		{map[string]string{}, ""},
+	} {
+		flags := map[string]string{setRedis: "127.0.0.1:1"}
+		for k, v := range tc.flags {
+			flags[k] = v
+		}
+		_, err := loadConfigFor(cmdProxy, flags, env(nil))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v, want no error", tc.flags, err)
+		case tc.want != "" && (!errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want an invalid configuration naming %q", tc.flags, err, tc.want)
+		}
+	}
+}
