@@ -6,10 +6,13 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/hotcount/hotcount"
 )
 
 func TestVersionLine(t *testing.T) {
@@ -270,6 +273,29 @@ func TestHelpEnvironmentNamesItsCommands(t *testing.T) {
 			_, out, _ := runCLI(name, "--help")
 			if regexp.MustCompile(`\$`+v+`\b`).MatchString(out) && !regexp.MustCompile(`\b`+name+`\b`).MatchString(e) {
 				t.Errorf("hotcount help: the entry of %s does not name %s, whose help reads it: %q", v, name, e)
+			}
+		}
+	}
+}
+
+// TestShardsJSONHelpNamesEveryField: the help of shards --json names every
+// member of the report it prints (hotcount.ShardReport and its shards).
+func TestShardsJSONHelpNamesEveryField(t *testing.T) {
+	_, help, _ := runCLI("shards", "--help")
+	report := reflect.TypeFor[hotcount.ShardReport]()
+	shards, ok := report.FieldByName("Shards")
+	if !ok {
+		t.Fatal("hotcount.ShardReport has no field Shards")
+	}
+	for _, typ := range []reflect.Type{report, shards.Type.Elem()} {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if !strings.Contains(help, `"`+name+`"`) {
+				t.Errorf("shards --help does not name the member %q of its JSON (%s.%s)", name, typ.Name(), f.Name)
 			}
 		}
 	}

@@ -18,7 +18,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var b backendFlags
 	b.register(fs, "for a counter that does not exist yet: show the placement this many sub-counters (1..1024) would get")
 	key := fs.String("key", "", "counter key (required)")
-	asJSON := fs.Bool("json", false, `print the report as JSON, with the HTTP API's field names: {"key","n","read_n","epoch","value","distinct_nodes","collisions","shards":[{"label","key","slot","node","value"}]}`)
+	asJSON := fs.Bool("json", false, `print the report as JSON, with the HTTP API's field names: {"key","n","read_n","epoch","value","distinct_nodes","collisions","shards":[{"label","key","slot","node","value"}],"folds","pinned","exists"}`)
 	rebalance := fs.Bool("rebalance", false, "first move colliding sub-counters back onto distinct primaries (with --redis)")
 	if code, done := fs.parse(args); done {
 		return code
