@@ -279,12 +279,16 @@ func (c *conn) do(strs []string, key int, shape nullShape) {
 
 // blocking runs a command that may block (BLPOP, XREAD BLOCK, ...) on a
 // connection of rueidis's blocking pool. It waits as long as the command
-// asks, and ends when the client hangs up or the proxy shuts down.
+// asks, and ends when the client hangs up or the proxy shuts down. It
+// counts in INFO's blocked_clients from the moment it is sent (a command
+// that finds its data at once counts for that instant too).
 func (c *conn) blocking(name string, strs []string, key int, args [][]byte) {
 	c.s.stats.passed.Add(1)
 	b := c.s.upstream(c.proto).B()
 	cmd := b.Arbitrary(strs[:key]...).Keys(strs[key]).Args(strs[key+1:]...).Blocking()
 	shape := shapeOf(name, args)
+	c.s.stats.blocked.Add(1) // INFO's blocked_clients, until the reply or the hang-up
+	defer c.s.stats.blocked.Add(-1)
 	c.watchClient(func(ctx context.Context) {
 		res := c.s.upstream(c.proto).Do(ctx, cmd)
 		c.appendResult(&res, &shape)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -14,7 +15,8 @@ import (
 // RedisCluster check cluster_enabled; see cluster.go), and fills each
 // section as a client expects the figure of the whole data set:
 //
-//   - Server, Clients, Stats (connections and commands), Replication: the
+//   - Server, Clients (blocked_clients: its clients in a blocking
+//     command), Stats (connections and commands), Replication: the
 //     proxy's own (it is a master without replicas);
 //   - Memory: used_memory, used_memory_rss, used_memory_peak, maxmemory
 //     and used_memory_dataset summed over the primaries, with their
@@ -27,6 +29,11 @@ import (
 //   - Keyspace: db0 with keys and expires summed over the primaries
 //     (counters' sub-keys and hotcount's own keys included), as Redis
 //     omits an empty database;
+//   - CPU: the proxy process's own (getrusage);
+//   - Commandstats (only asked for by name, "all" or "everything", as in
+//     Redis) and Errorstats: the primaries' figures summed per command
+//     and per error, hotcount's own commands to them included; errors
+//     the proxy answers itself (refusals, its CROSSSLOT) are not counted;
 //   - Cluster: cluster_enabled:1; Hotcount: the proxy's counters.
 //
 // The primaries are asked (one INFO each, at once) only for the sections
@@ -114,19 +121,92 @@ func keyspaceOf(v string) (keys, expires int64) {
 	return keys, expires
 }
 
+// infoNotDefault are the sections that INFO with no argument or
+// "default" leaves out (Redis's "all" and "everything" bring them in).
+var infoNotDefault = map[string]bool{"commandstats": true}
+
+// sumStats adds the primaries' "prefix<name>:a=1,b=2" lines field by
+// field, per name, keeping each line's field order; usec_per_call is
+// recomputed from the sums. The lines are sorted by name.
+func sumStats(nodes []map[string]string, prefix string) []string {
+	type stat struct {
+		fields []string
+		sums   map[string]float64
+	}
+	stats := map[string]*stat{}
+	for _, m := range nodes {
+		for k, v := range m {
+			if !strings.HasPrefix(k, prefix) {
+				continue
+			}
+			st := stats[k]
+			if st == nil {
+				st = &stat{sums: map[string]float64{}}
+				stats[k] = st
+			}
+			for _, kv := range strings.Split(v, ",") {
+				f, val, _ := strings.Cut(kv, "=")
+				if _, ok := st.sums[f]; !ok {
+					st.fields = append(st.fields, f)
+				}
+				n, _ := strconv.ParseFloat(val, 64)
+				st.sums[f] += n
+			}
+		}
+	}
+	names := make([]string, 0, len(stats))
+	for k := range stats {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	lines := make([]string, 0, len(names))
+	for _, k := range names {
+		st := stats[k]
+		var b strings.Builder
+		b.WriteString(k + ":")
+		for i, f := range st.fields {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if f == "usec_per_call" {
+				per := 0.0
+				if calls := st.sums["calls"]; calls > 0 {
+					per = st.sums["usec"] / calls
+				}
+				fmt.Fprintf(&b, "%s=%.2f", f, per)
+				continue
+			}
+			fmt.Fprintf(&b, "%s=%d", f, int64(st.sums[f]))
+		}
+		lines = append(lines, b.String())
+	}
+	return lines
+}
+
 // infoCmd: INFO [section ...].
 func (c *conn) infoCmd(args [][]byte) {
 	want := map[string]bool{}
 	for _, a := range args[1:] {
 		want[strings.ToLower(string(a))] = true
 	}
-	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
-	show := func(name string) bool { return all || want[strings.ToLower(name)] }
+	every := want["all"] || want["everything"]
+	dflt := len(want) == 0 || want["default"]
+	show := func(name string) bool {
+		name = strings.ToLower(name)
+		return every || want[name] || dflt && !infoNotDefault[name]
+	}
 	s := c.s
 	var nodes []map[string]string
-	if show("memory") || show("persistence") || show("stats") || show("keyspace") {
+	if show("memory") || show("persistence") || show("stats") || show("keyspace") || show("commandstats") || show("errorstats") {
+		ask := []string{"memory", "persistence", "stats", "keyspace"}
+		if show("commandstats") {
+			ask = append(ask, "commandstats")
+		}
+		if show("errorstats") {
+			ask = append(ask, "errorstats")
+		}
 		var e string
-		if nodes, e = c.primaryInfo("memory", "persistence", "stats", "keyspace"); e != "" {
+		if nodes, e = c.primaryInfo(ask...); e != "" {
 			c.out = appendErr(c.out, e)
 			return
 		}
@@ -165,7 +245,7 @@ func (c *conn) infoCmd(args [][]byte) {
 	section("Clients",
 		"connected_clients:"+strconv.Itoa(s.Clients()),
 		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
-		"blocked_clients:0",
+		"blocked_clients:"+strconv.FormatInt(s.stats.blocked.Load(), 10),
 	)
 	var mem []string
 	for _, f := range infoSummed["memory"] {
@@ -199,6 +279,13 @@ func (c *conn) infoCmd(args [][]byte) {
 	}
 	section("Stats", st...)
 	section("Replication", "role:master", "connected_slaves:0")
+	section("CPU", cpuLines()...)
+	if show("commandstats") {
+		section("Commandstats", sumStats(nodes, "cmdstat_")...)
+	}
+	if show("errorstats") {
+		section("Errorstats", sumStats(nodes, "errorstat_")...)
+	}
 	section("Cluster", "cluster_enabled:1")
 	var keys, expires int64
 	for _, m := range nodes {

@@ -79,6 +79,7 @@ type stats struct {
 	passed, split, upstreamErrors, refused       atomic.Int64
 	estimateReads, panics                        atomic.Int64
 	budgetWaits, budgetCloses                    atomic.Int64
+	blocked                                      atomic.Int64 // clients in a blocking command now
 }
 
 // Stats is a snapshot of the proxy's counters (also exported as metrics).
