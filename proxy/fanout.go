@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -394,11 +393,18 @@ func (c *conn) script(args [][]byte) {
 	}
 }
 
-// config: CONFIG GET is answered by one node (any); the rest is refused.
+// config: CONFIG SET, RESETSTAT and REWRITE are refused (they would change
+// one node of a shared cluster); the rest (GET, HELP, an unknown
+// subcommand, a missing one) is answered by one node (any), with Redis's
+// own replies and errors.
 func (c *conn) config(args [][]byte) {
-	if len(args) >= 2 && bytes.EqualFold(args[1], []byte("get")) {
-		c.do(c.strings(args), -1, nullShape{})
-		return
+	if len(args) >= 2 {
+		var nb [32]byte
+		switch string(lower(nb[:0], args[1])) {
+		case "set", "resetstat", "rewrite":
+			c.refuse(args)
+			return
+		}
 	}
-	c.refuse(args)
+	c.do(c.strings(args), -1, nullShape{})
 }

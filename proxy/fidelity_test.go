@@ -97,6 +97,7 @@ var fidelityCases = []fidelityCase{
 	{"WATCH EXEC", seq(c("WATCH", "{k}"), c("GET", "{k}"), c("MULTI"), c("SET", "{k}", "1"), c("EXEC"), c("UNWATCH"))},
 	{"BLMOVE in MULTI", seq(c("MULTI"), c("BLMOVE", "{k}", "{k2}", "LEFT", "LEFT", "0"), c("BLPOP", "{k}", "0"), c("EXEC"))},
 	{"PING ECHO", seq(c("PING"), c("PING", "hi"), c("ECHO", "x"))},
+	{"CONFIG unknown subcommand", seq(c("CONFIG", "GET_XX"), c("CONFIG"), c("CONFIG", "GET", "maxmemory-policy"))},
 }
 
 // substitute replaces the placeholders of a case's commands.

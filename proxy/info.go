@@ -273,6 +273,7 @@ func (c *conn) infoCmd(args [][]byte) {
 		"total_connections_received:" + strconv.FormatInt(s.stats.accepted.Load(), 10),
 		"total_commands_processed:" + strconv.FormatInt(s.stats.commands.Load(), 10),
 		"rejected_connections:" + strconv.FormatInt(s.stats.rejected.Load(), 10),
+		"migrate_cached_sockets:0", // MIGRATE is refused
 	}
 	for _, f := range infoSummed["stats"] {
 		st = append(st, f+":"+strconv.FormatInt(sum(nodes, f), 10))

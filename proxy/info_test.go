@@ -36,6 +36,9 @@ func TestInfoSections(t *testing.T) {
 	if n, err := strconv.Atoi(fields["rdb_changes_since_last_save"]); err != nil || n < 10 {
 		t.Errorf("rdb_changes_since_last_save %q", fields["rdb_changes_since_last_save"])
 	}
+	if fields["migrate_cached_sockets"] != "0" {
+		t.Errorf("migrate_cached_sockets %q: want 0 (MIGRATE is refused)", fields["migrate_cached_sockets"])
+	}
 	if fields["cluster_enabled"] != "1" {
 		t.Errorf("cluster_enabled %q", fields["cluster_enabled"])
 	}
