@@ -122,7 +122,8 @@
 //     primary; the cursor packs the primary's index in its low 10 bits),
 //     which cover every primary and hide hotcount's own keys, and
 //     FLUSHALL/FLUSHDB, refused unless Config.AllowFlush (see keyless.go
-//     and flush.go); CONFIG SET, RESETSTAT and REWRITE are refused, the rest of CONFIG goes to any node;
+//     and flush.go); CONFIG SET, RESETSTAT and REWRITE are refused,
+//     the rest of CONFIG goes to any node;
 //   - a command naming one of hotcount's own keys (a sentinel, a store
 //     mark, a counter's sub-key) is refused;
 //   - unknown commands and wrong arities reach a node, which answers its

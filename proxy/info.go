@@ -25,7 +25,7 @@ import (
 //   - Persistence: the first primary's fields, but
 //     rdb_changes_since_last_save summed over the primaries;
 //   - Stats also sums the primaries' keyspace_hits, keyspace_misses,
-//     expired_keys and evicted_keys;
+//     expired_keys, evicted_keys and total_error_replies;
 //   - Keyspace: db0 with keys and expires summed over the primaries
 //     (counters' sub-keys and hotcount's own keys included), as Redis
 //     omits an empty database;
@@ -43,7 +43,7 @@ import (
 var infoSummed = map[string][]string{
 	"memory":      {"used_memory", "used_memory_rss", "used_memory_peak", "maxmemory", "used_memory_dataset"},
 	"persistence": {"rdb_changes_since_last_save"},
-	"stats":       {"keyspace_hits", "keyspace_misses", "expired_keys", "evicted_keys"},
+	"stats":       {"keyspace_hits", "keyspace_misses", "expired_keys", "evicted_keys", "total_error_replies"},
 }
 
 // infoFields parses INFO text into field → value.
@@ -279,7 +279,8 @@ func (c *conn) infoCmd(args [][]byte) {
 		st = append(st, f+":"+strconv.FormatInt(sum(nodes, f), 10))
 	}
 	section("Stats", st...)
-	section("Replication", "role:master", "connected_slaves:0")
+	section("Replication", "role:master", "connected_slaves:0", "master_failover_state:no-failover",
+		"master_repl_offset:0", "second_repl_offset:-1", "repl_backlog_active:0")
 	section("CPU", cpuLines()...)
 	if show("commandstats") {
 		section("Commandstats", sumStats(nodes, "cmdstat_")...)

@@ -104,6 +104,12 @@ func TestInfoCPUAndCommandStats(t *testing.T) {
 	if n, _ := strconv.Atoi(strings.TrimPrefix(field(errs, "errorstat_WRONGTYPE"), "count=")); n < 1 {
 		t.Errorf("INFO errorstats: %q", errs)
 	}
+	if n, _ := strconv.Atoi(field(r.do("INFO", "stats"), "total_error_replies")); n < 1 {
+		t.Errorf("INFO stats: total_error_replies %q, want the primaries' sum", field(r.do("INFO", "stats"), "total_error_replies"))
+	}
+	if got := field(r.do("INFO", "replication"), "master_repl_offset"); got != "0" {
+		t.Errorf("INFO replication: master_repl_offset %q, want 0", got)
+	}
 	both := r.do("INFO", "cpu", "default")
 	if !strings.Contains(both, "used_memory") || strings.Count(both, "used_cpu_user_children") != 1 {
 		t.Errorf("INFO cpu default: %q", both)
