@@ -43,6 +43,7 @@ type conn struct {
 		name, libName, libVer string
 		lastCmd               string
 		proto                 int
+		unblock               func(error) // ends the blocking command now running (CLIENT UNBLOCK), or nil
 	}
 	lastActive atomic.Int64 // unix ns of the last command
 	stopping   atomic.Bool  // stop was called

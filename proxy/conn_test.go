@@ -353,3 +353,66 @@ func TestInputInPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClientUnblock: CLIENT UNBLOCK id [TIMEOUT|ERROR] ends a client's
+// blocking command as Redis does: the blocked client gets the command's
+// timeout reply, or the UNBLOCKED error, and UNBLOCK answers 1; a client
+// that is not blocked answers 0. The upstream wait ends with it, so an
+// element pushed afterwards stays in the list.
+func TestClientUnblock(t *testing.T) {
+	p := uniq(t)
+	e := startProxy(t, nil, proxy.Config{})
+	key := "{" + p + "}q"
+	owner := ownerOf(t, key)
+	r := dialRaw(t, e.addr)
+	cases := []struct {
+		cmd    []string
+		reason []string
+		want   string
+	}{
+		{[]string{"BLPOP", key, "0"}, nil, "*-1\r\n"},
+		{[]string{"BLMOVE", key, key + "2", "LEFT", "LEFT", "0"}, []string{"TIMEOUT"}, "$-1\r\n"},
+		{[]string{"BLPOP", key, "0"}, []string{"error"}, "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"},
+	}
+	for _, tc := range cases {
+		b := dialRaw(t, e.addr)
+		id := strings.Trim(b.do("CLIENT", "ID"), ":\r\n")
+		if got := r.do("CLIENT", "UNBLOCK", id); got != ":0\r\n" {
+			t.Fatalf("CLIENT UNBLOCK of a client not blocked: %q", got)
+		}
+		b.nc.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := b.nc.Write(encode(tc.cmd...)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "blocked on the node", func() bool {
+			out, err := testenv.Do(context.Background(), owner, "CLIENT", "LIST")
+			return err == nil && strings.Contains(out, "cmd="+strings.ToLower(tc.cmd[0]))
+		})
+		if got := r.do(append([]string{"CLIENT", "UNBLOCK", id}, tc.reason...)...); got != ":1\r\n" {
+			t.Fatalf("%q: CLIENT UNBLOCK %q", tc.cmd, got)
+		}
+		if got, err := readRaw(b.br); err != nil || got != tc.want {
+			t.Fatalf("%q after CLIENT UNBLOCK %q: %q, %v; want %q", tc.cmd, tc.reason, got, err, tc.want)
+		}
+		if got := b.do("ECHO", "still here"); got != "$10\r\nstill here\r\n" {
+			t.Fatalf("the unblocked connection: %q", got)
+		}
+		waitFor(t, "the upstream wait ended", func() bool {
+			out, err := testenv.Do(context.Background(), owner, "CLIENT", "LIST")
+			return err == nil && !strings.Contains(out, "cmd="+strings.ToLower(tc.cmd[0]))
+		})
+	}
+	if _, err := testenv.Do(context.Background(), owner, "RPUSH", key, "v"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a stray wait would take it now
+	if n, err := testenv.Do(context.Background(), owner, "LLEN", key); err != nil || n != "1" {
+		t.Fatalf("LLEN after the unblocks = %q, %v; a blocked pop outlived CLIENT UNBLOCK", n, err)
+	}
+	if got := r.do("CLIENT", "UNBLOCK", "x"); got != "-ERR value is not an integer or out of range\r\n" {
+		t.Errorf("CLIENT UNBLOCK x: %q", got)
+	}
+	if got := r.do("CLIENT", "UNBLOCK", "1", "LATER"); got != "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n" {
+		t.Errorf("CLIENT UNBLOCK 1 LATER: %q", got)
+	}
+}

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -290,9 +292,78 @@ func (c *conn) blocking(name string, strs []string, key int, args [][]byte) {
 	c.s.stats.blocked.Add(1) // INFO's blocked_clients, until the reply or the hang-up
 	defer c.s.stats.blocked.Add(-1)
 	c.watchClient(func(ctx context.Context) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		c.meta.Lock()
+		c.meta.unblock = cancel
+		c.meta.Unlock()
 		res := c.s.upstream(c.proto).Do(ctx, cmd)
+		c.meta.Lock()
+		c.meta.unblock = nil
+		c.meta.Unlock()
+		if res.NonRedisError() != nil {
+			switch context.Cause(ctx) {
+			case errUnblockTimeout: // the command's own timeout reply
+				if shape.kind == shapeBlmove {
+					c.out = appendNull(c.out, c.proto)
+				} else {
+					c.out = appendNullArray(c.out, c.proto)
+				}
+				return
+			case errUnblockError:
+				c.out = appendErr(c.out, "UNBLOCKED client unblocked via CLIENT UNBLOCK")
+				return
+			}
+		}
 		c.appendResult(&res, &shape)
 	})
+}
+
+// The causes CLIENT UNBLOCK gives a blocking command it ends.
+var (
+	errUnblockTimeout = errors.New("CLIENT UNBLOCK TIMEOUT")
+	errUnblockError   = errors.New("CLIENT UNBLOCK ERROR")
+)
+
+// unblockClient: CLIENT UNBLOCK id [TIMEOUT|ERROR]. It ends the blocking
+// command of the proxy's client id (the upstream wait ends with it) and
+// answers 1, or 0 when that client is not in a blocking command.
+func (c *conn) unblockClient(args [][]byte) {
+	cause := errUnblockTimeout
+	if len(args) == 4 {
+		var nb [32]byte
+		switch string(lower(nb[:0], args[3])) {
+		case "timeout":
+		case "error":
+			cause = errUnblockError
+		default:
+			c.out = appendErr(c.out, "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+			return
+		}
+	}
+	id, err := strconv.ParseInt(string(args[2]), 10, 64)
+	if err != nil {
+		c.out = appendErr(c.out, "ERR value is not an integer or out of range")
+		return
+	}
+	var unblock func(error)
+	s := c.s
+	s.mu.Lock()
+	for o := range s.conns {
+		if o.id == id {
+			o.meta.Lock()
+			unblock = o.meta.unblock
+			o.meta.Unlock()
+			break
+		}
+	}
+	s.mu.Unlock()
+	if unblock == nil {
+		c.out = appendInt(c.out, 0)
+		return
+	}
+	unblock(cause)
+	c.out = appendInt(c.out, 1)
 }
 
 // getKeys asks the cluster for the keys of a movable-key command the

@@ -141,7 +141,7 @@
 // serves itself (cluster.go: CLUSTER SLOTS, SHARDS, NODES, INFO; INFO
 // says cluster_enabled:1). Otherwise it looks like a standalone Redis:
 // PING, ECHO, HELLO, AUTH,
-// SELECT 0, CLIENT ID/GETNAME/SETNAME/INFO/LIST/SETINFO, INFO, ROLE, QUIT
+// SELECT 0, CLIENT ID/GETNAME/SETNAME/INFO/LIST/SETINFO/UNBLOCK, INFO, ROLE, QUIT
 // and RESET are answered by the proxy for the client's own connection;
 // COMMAND and COMMAND DOCS come from a node. Refused with a clear -ERR:
 // pub/sub subscriptions (PUBLISH works), MONITOR, client-side caching,

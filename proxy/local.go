@@ -214,7 +214,7 @@ func (c *conn) reset(args [][]byte) {
 	c.out = appendStatus(c.out, "RESET")
 }
 
-// client: CLIENT ID|GETNAME|SETNAME|INFO|LIST|SETINFO|NO-EVICT|NO-TOUCH|HELP.
+// client: CLIENT ID|GETNAME|SETNAME|INFO|LIST|SETINFO|UNBLOCK|NO-EVICT|NO-TOUCH|HELP.
 func (c *conn) client(args [][]byte) {
 	if len(args) < 2 {
 		c.out = appendErr(c.out, wrongArity("client"))
@@ -266,13 +266,15 @@ func (c *conn) client(args [][]byte) {
 			return
 		}
 		c.out = appendOK(c.out)
+	case sub == "unblock" && (len(args) == 3 || len(args) == 4):
+		c.unblockClient(args)
 	case (sub == "no-evict" || sub == "no-touch") && len(args) == 3:
 		c.out = appendOK(c.out)
 	case sub == "help":
 		lines := []string{
 			"CLIENT <subcommand> (hotcount proxy). Subcommands are:",
 			"ID", "GETNAME", "SETNAME <name>", "INFO", "LIST", "SETINFO <LIB-NAME|LIB-VER> <value>",
-			"NO-EVICT (ON|OFF)", "NO-TOUCH (ON|OFF)", "HELP",
+			"NO-EVICT (ON|OFF)", "NO-TOUCH (ON|OFF)", "UNBLOCK <clientid> [TIMEOUT|ERROR]", "HELP",
 		}
 		c.out = appendArray(c.out, len(lines))
 		for _, l := range lines {
