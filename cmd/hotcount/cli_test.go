@@ -224,6 +224,8 @@ func TestErrorsNameFlagsAsTyped(t *testing.T) {
 		{[]string{"get", "--json=maybe"}, "for --json"},
 		{[]string{"resize", "--key", "a"}, "give --n N (1..1024) or --auto"},
 		{[]string{"resize", "--key", "a", "--n", "0"}, "--n must be 1..1024, got 0"},
+		{[]string{"get", "--key", "a", "--redis", "127.0.0.1:1", "--token", "t"}, "--token and --token-file are for --server"},
+		{[]string{"incr", "--key", "a", "--redis", "127.0.0.1:1", "--token-file", "f"}, "--token and --token-file are for --server"},
 	} {
 		code, _, errOut := runCLI(tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {

@@ -84,6 +84,10 @@ func (b *backendFlags) choose() (code int, ok bool) {
 	if b.server != "" && b.sec.set() {
 		return b.fs.usagef("the --redis-* login and TLS flags need --redis"), false
 	}
+	if b.redis != "" && (b.token != "" || b.tokenFile != "") {
+		// Not silently dropped: the cluster takes the --redis-* login.
+		return b.fs.usagef("--token and --token-file are for --server; with --redis log in with --redis-username and --redis-password-file"), false
+	}
 	return 0, true
 }
 
