@@ -64,8 +64,15 @@ func (fs *flagSet) printHelp() {
 	} else if c, ok := commands[strings.Fields(fs.cmd)[0]]; ok {
 		fmt.Fprintf(w, "%s: %s\n\n", fs.Name(), c.summary)
 	}
-	fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", fs.Name())
-	fs.printFlags(w)
+	nflags := 0
+	fs.VisitAll(func(*flag.Flag) { nflags++ })
+	if nflags == 0 {
+		// A command without flags (version) shows no empty section.
+		fmt.Fprintf(w, "Usage: %s\n", fs.Name())
+	} else {
+		fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", fs.Name())
+		fs.printFlags(w)
+	}
 	if ex := commandExamples[fs.cmd]; ex != "" {
 		fmt.Fprintf(w, "\nExamples:\n%s", ex)
 	}

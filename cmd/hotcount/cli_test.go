@@ -87,6 +87,9 @@ func TestCLIConventions(t *testing.T) {
 			if name != "version" && (code != exitOK || errOut != "" || !strings.Contains(out, "Usage:") || !strings.Contains(out, "Examples:")) {
 				t.Errorf("--help: exit %d, stdout %q, stderr %q", code, out, errOut)
 			}
+			if strings.Contains(out, "Flags:\n\n") || strings.HasSuffix(out, "Flags:\n") {
+				t.Errorf("--help shows an empty Flags section: %q", out)
+			}
 			if name == "cluster" {
 				return // a group: its subcommands are checked below
 			}
