@@ -12,6 +12,12 @@ import (
 	"github.com/hotcount/hotcount/store"
 )
 
+// MaxDelta is the largest magnitude of one increment's delta, the bound
+// of a sub-counter (store.MaxValue, 2^53-1: what a Lua number and a JSON
+// number hold exactly). A larger one fails with ErrOverflow and changes
+// nothing; faces check it before they change anything else.
+const MaxDelta = store.MaxValue
+
 // Named errors. Every error the Client returns for bad input or a failed
 // backend wraps one of these, with its cause kept; test with errors.Is.
 var (

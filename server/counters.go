@@ -8,7 +8,6 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
-	"github.com/hotcount/hotcount/store"
 )
 
 // handleIncr adds "by" (default 1) to a counter, once per "id" when given.
@@ -43,8 +42,8 @@ func (s *Server) handleIncr(w http.ResponseWriter, r *http.Request) error {
 	if n != nil {
 		// What the increment itself would refuse is refused before the
 		// counter is created: a refused request changes nothing.
-		if by > store.MaxValue || by < -store.MaxValue {
-			return fmt.Errorf("incr %q: %w: |by| %d passes the sub-counter bound %d", key, hotcount.ErrOverflow, by, int64(store.MaxValue))
+		if by > hotcount.MaxDelta || by < -hotcount.MaxDelta {
+			return fmt.Errorf("incr %q: %w: |by| %d passes the sub-counter bound %d", key, hotcount.ErrOverflow, by, int64(hotcount.MaxDelta))
 		}
 		if id != nil && s.c.Mode(key) != hotcount.ModeDurable {
 			return fmt.Errorf("incr %q: %w", key, hotcount.ErrNotDurable)

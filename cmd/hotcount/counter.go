@@ -11,7 +11,6 @@ import (
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
-	"github.com/hotcount/hotcount/store"
 )
 
 // backendFlags are the flags that choose a backend for one-shot commands:
@@ -280,8 +279,8 @@ func validateInput(key string, delta int64) error {
 	if delta == 0 {
 		return hotcount.ErrZeroDelta
 	}
-	if delta > store.MaxValue || delta < -store.MaxValue {
-		return fmt.Errorf("%w: |by| %d passes the sub-counter bound %d", hotcount.ErrOverflow, delta, int64(store.MaxValue))
+	if delta > hotcount.MaxDelta || delta < -hotcount.MaxDelta {
+		return fmt.Errorf("%w: |by| %d passes the sub-counter bound %d", hotcount.ErrOverflow, delta, int64(hotcount.MaxDelta))
 	}
 	return nil
 }
