@@ -36,6 +36,7 @@ func TestBadRequests(t *testing.T) {
 		{"trailing garbage", "POST", "/v1/counters/k/incr", `{"by":1} x`, auth, 400},
 		{"two objects", "POST", "/v1/counters/k/incr", `{"by":1}{"by":1}`, auth, 400},
 		{"huge body", "POST", "/v1/counters/k/incr", huge, auth, 413},
+		{"huge body, not JSON", "POST", "/v1/counters/k/incr", "{" + strings.Repeat("x", 70<<10), auth, 413},
 		{"by not an integer", "POST", "/v1/counters/k/incr", `{"by":1.5}`, auth, 400},
 		{"by as a string", "POST", "/v1/counters/k/incr", `{"by":"5"}`, auth, 400},
 		{"by overflows int64", "POST", "/v1/counters/k/incr", `{"by":9223372036854775808}`, auth, 400},

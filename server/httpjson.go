@@ -188,6 +188,11 @@ type field struct {
 // when allowEmpty (no setter is called). Every failure is a 400, or a 413
 // when the body is too large.
 func decodeObject(w http.ResponseWriter, r *http.Request, limit int64, allowEmpty bool, fields ...field) error {
+	if r.ContentLength > limit {
+		// Too large whatever it holds: 413 before the first byte is
+		// parsed, not a 400 for a syntax error inside it.
+		return bodyError(&http.MaxBytesError{Limit: limit}, limit)
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.UseNumber()
 	tok, err := dec.Token()
