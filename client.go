@@ -72,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.st = s.Store
 	case len(s.Redis.Addrs) > 0:
 		c.st, err = redis.New(ctx, redis.Config{Addrs: s.Redis.Addrs, Username: s.Redis.Username,
-			Password: s.Redis.Password, TLS: s.Redis.TLS, Timeout: s.Timeout, FlushDelay: s.Redis.FlushDelay})
+			Password: s.Redis.Password, TLS: s.Redis.TLS, Timeout: s.Timeout, FlushDelay: s.Redis.FlushDelay, BatchWindow: s.Redis.IncrBatchWindow})
 	default:
 		c.st, err = mem.Open(mem.Config{Nodes: s.Embedded.Nodes, Clock: s.Clock, AOF: s.Embedded.AOF, AOFSync: s.Embedded.AOFSync})
 	}

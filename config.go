@@ -134,6 +134,16 @@ type RedisConfig struct {
 	// at up to this much latency per command. Zero (the default) writes at
 	// once. `hotcount proxy` sets it to proxy.CounterFlushDelay.
 	FlushDelay time.Duration `config:"code"`
+	// IncrBatchWindow, when positive, sends the plain INCRBYs of cold keys
+	// that Client.IncrValue writes for concurrent callers as one batch,
+	// written to every node at the same moment on connections of their
+	// own, so that their replies, and the callers' next increments, meet
+	// again: fewer, fuller reads for every node. A batch goes as soon as
+	// every caller seen at once is back and nothing is in flight, and an
+	// increment waits at most about this long; a lone caller is never
+	// held. Zero (the default) sends each on its own. `hotcount proxy`
+	// sets it to proxy.CounterBatchWindow.
+	IncrBatchWindow time.Duration `config:"code"`
 }
 
 // EmbeddedConfig configures the embedded store.
@@ -277,7 +287,7 @@ func (c Config) resolve() (settings, error) {
 		name string
 		v    time.Duration
 	}{{"Timeout", c.Timeout}, {"Meta.TTL", c.Meta.TTL}, {"Durability.CheckpointInterval", c.Durability.CheckpointInterval},
-		{"Durability.RollupAge", c.Durability.RollupAge}, {"Durability.CleanupInterval", c.Durability.CleanupInterval}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}, {"Redis.FlushDelay", c.Redis.FlushDelay}} {
+		{"Durability.RollupAge", c.Durability.RollupAge}, {"Durability.CleanupInterval", c.Durability.CleanupInterval}, {"AutoN.Hysteresis", c.AutoN.Hysteresis}, {"Rebalance.Check", c.Rebalance.Check}, {"Redis.FlushDelay", c.Redis.FlushDelay}, {"Redis.IncrBatchWindow", c.Redis.IncrBatchWindow}} {
 		if f.v < 0 {
 			return bad("%s must not be negative, got %v", f.name, f.v)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,6 +338,99 @@ func TestReliabilityLostRepliesCold(t *testing.T) {
 		}
 		if s.ColdDropped == 0 {
 			return fmt.Errorf("the fault did not happen: no cold flush lost its reply (stats %+v, proxy %+v)", s, px.proxy.Stats())
+		}
+		return nil
+	})
+}
+
+// TestReliabilityLostRepliesDirect: IncrValue's cold INCRBYs, sent in
+// shared batches (RedisConfig.IncrBatchWindow, as `hotcount proxy` sets
+// it), while replies are dropped. An increment that returned nil landed
+// once (written, or buffered when it was never sent); one that failed
+// with ErrUnavailable has an unknown outcome. Every key holds between its
+// acknowledged total and that plus its unknown ones, and every exact value
+// answered is at most what the key finally holds.
+func TestReliabilityLostRepliesDirect(t *testing.T) {
+	testenv.Retry(t, testenv.Tries, func(t *testing.T) error {
+		noLeak(t)
+		px := startProxied(t)
+		c := px.client(t, hotcount.Config{
+			Redis:    hotcount.RedisConfig{IncrBatchWindow: 2 * time.Millisecond},
+			Defaults: hotcount.Namespace{Buffered: true, FlushInterval: 50 * time.Millisecond},
+			Timeout:  300 * time.Millisecond,
+		})
+		// 2048 keys for 8 callers: each key gets about one increment per
+		// flush interval, so it stays cold and its INCRBY goes at once.
+		keys := keysFor(t, 2048)
+		acked := make([]atomic.Int64, len(keys))
+		unknown := make([]atomic.Int64, len(keys))
+		highest := make([]atomic.Int64, len(keys))
+		var exact, other atomic.Int64
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			toggle(stop, 150*time.Millisecond, 100*time.Millisecond, func(on bool) {
+				if on {
+					px.proxy.DropReplies(3)
+				} else {
+					px.proxy.DropReplies(0)
+				}
+			})
+		}()
+		var wg sync.WaitGroup
+		halt := make(chan struct{})
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; ; i++ {
+					select {
+					case <-halt:
+						return
+					default:
+					}
+					k := i % len(keys)
+					v, ex, err := c.IncrValue(context.Background(), keys[k], 1)
+					switch {
+					case err == nil:
+						acked[k].Add(1)
+						if ex {
+							exact.Add(1)
+							for h := highest[k].Load(); v > h && !highest[k].CompareAndSwap(h, v); h = highest[k].Load() {
+							}
+						}
+					case errors.Is(err, hotcount.ErrUnavailable):
+						unknown[k].Add(1)
+					default:
+						other.Add(1)
+						t.Errorf("IncrValue: %v, want nil or ErrUnavailable", err)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(1500 * time.Millisecond)
+		close(stop)
+		<-done
+		close(halt)
+		wg.Wait()
+		closeWithin(t, c, 20*time.Second)
+		got := totals(t, []string{px.node.Addr}, 1, keys)
+		var sumAcked, sumUnknown, sum int64
+		for i, k := range keys {
+			a, u := acked[i].Load(), unknown[i].Load()
+			sumAcked, sumUnknown, sum = sumAcked+a, sumUnknown+u, sum+got[k]
+			if got[k] < a || got[k] > a+u {
+				t.Errorf("%s: cache holds %d; acknowledged %d, unknown %d", k, got[k], a, u)
+			}
+			if h := highest[i].Load(); h > got[k] {
+				t.Errorf("%s: an exact reply said %d, the cache holds %d", k, h, got[k])
+			}
+		}
+		t.Logf("acked %d (exact replies %d), unknown %d, cache %d; proxy %+v", sumAcked, exact.Load(), sumUnknown, sum, px.proxy.Stats())
+		if exact.Load() < sumAcked/2 {
+			t.Fatalf("%d exact replies of %d acknowledged: the keys were not cold", exact.Load(), sumAcked)
+		}
+		if sumUnknown == 0 {
+			return fmt.Errorf("the fault did not happen: no IncrValue lost its reply (proxy %+v)", px.proxy.Stats())
 		}
 		return nil
 	})

@@ -131,6 +131,9 @@ type LongTailConfig struct {
 	// case's counters to the cluster (hotcount.RedisConfig.FlushDelay);
 	// 0 means proxy.CounterFlushDelay, as `hotcount proxy` sets it.
 	UpstreamDelay time.Duration
+	// BatchWindow is the proxy case's hotcount.RedisConfig.IncrBatchWindow;
+	// zero means proxy.CounterBatchWindow, negative: none.
+	BatchWindow time.Duration
 	// DirectClients, when positive, adds to each proxy pair a direct
 	// case with this many tail callers ("direct slow"), so that the
 	// proxy can also be set against a direct load of about its own rate
@@ -269,6 +272,12 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 	}
 	if c.Benchmark == "" {
 		c.Benchmark = "redis-benchmark"
+	}
+	switch {
+	case c.BatchWindow == 0:
+		c.BatchWindow = proxy.CounterBatchWindow
+	case c.BatchWindow < 0:
+		c.BatchWindow = 0
 	}
 	if c.UpstreamDelay == 0 {
 		c.UpstreamDelay = proxy.CounterFlushDelay
@@ -720,6 +729,7 @@ func (r *ltRun) benchProxy(ctx context.Context, w, pfx string) (incrs, viral int
 	defer func() { err = errors.Join(err, closeDB()) }()
 	upstream := r.redis
 	upstream.FlushDelay = r.cfg.UpstreamDelay
+	upstream.IncrBatchWindow = r.cfg.BatchWindow
 	hc, err := hotcount.New(ctx, hotcount.Config{
 		// As `hotcount proxy` sets it (with --data DIR, or without a
 		// durable store: r.cfg.Store).

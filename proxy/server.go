@@ -43,6 +43,14 @@ const UpstreamFlushDelay = 100 * time.Microsecond
 // lower proxied throughput; 1.5ms did no better (0.53×, 0.57×).
 const CounterFlushDelay = 800 * time.Microsecond
 
+// CounterBatchWindow is the longest a cold INCR that `hotcount proxy`
+// writes at once waits to be sent with the others
+// (hotcount.RedisConfig.IncrBatchWindow): the cold INCRs of all clients go
+// as one batch, written to every node at the same moment, as soon as
+// every client seen at once is back and nothing is in flight, or this
+// long after the last batch. A lone client is never held.
+const CounterBatchWindow = 2 * time.Millisecond
+
 // Server is a RESP front: it accepts Redis clients, serves counter keys
 // through Counters and passes every other command to the cluster. It is
 // safe for concurrent use.

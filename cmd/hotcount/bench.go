@@ -216,6 +216,7 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&c.LibDuration, "duration", bench.DefaultLibDuration, "how long each library case runs")
 	fs.DurationVar(&c.Flush, "flush", 0, "flush interval of the buffered namespace (0: the default)")
 	fs.DurationVar(&c.UpstreamDelay, "upstream-delay", proxy.CounterFlushDelay, "flush delay of the proxy case's counters' connections to the cluster")
+	fs.DurationVar(&c.BatchWindow, "batch-window", proxy.CounterBatchWindow, "longest wait of the proxy case's cold INCRs for one batch to every node (negative: none, each sent on its own)")
 	fs.IntVar(&c.DirectClients, "direct-clients", 0, "also run the direct case with this many tail callers (a direct load near the proxy's rate); 0: not")
 	fs.StringVar(&paths, "paths", "proxy,library", "proxy, library or both")
 	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed and reads (cold GETs of the tail, proxy pair only)")

@@ -62,6 +62,7 @@ func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, ma
 	// Many clients' counter commands share each node's connection: gather
 	// them into fewer writes (see proxy.CounterFlushDelay).
 	hc.Redis.FlushDelay = proxy.CounterFlushDelay
+	hc.Redis.IncrBatchWindow = proxy.CounterBatchWindow
 	replies := map[string]proxy.Reply{}
 	for _, ns := range cfg.Namespaces {
 		replies[ns.Prefix] = proxy.Reply(ns.Reply)

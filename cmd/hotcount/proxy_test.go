@@ -382,16 +382,17 @@ func TestProxyAdminDashboard(t *testing.T) {
 
 // TestProxyCountersFlushDelay: the proxy's counters share each node's
 // connection among many clients, so their writes are gathered as the
-// pass-through ones are; serve keeps the library's default of none.
+// pass-through ones are, and their cold INCRs go in shared batches
+// (IncrBatchWindow); serve keeps the library's default of none.
 func TestProxyCountersFlushDelay(t *testing.T) {
 	cfg, err := loadConfig(map[string]string{"redis": "127.0.0.1:7000"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hc, _ := proxyClientConfig(cfg, nil); hc.Redis.FlushDelay != proxy.CounterFlushDelay {
-		t.Fatalf("proxy: Redis.FlushDelay = %v, want %v", hc.Redis.FlushDelay, proxy.CounterFlushDelay)
+	if hc, _ := proxyClientConfig(cfg, nil); hc.Redis.FlushDelay != proxy.CounterFlushDelay || hc.Redis.IncrBatchWindow != proxy.CounterBatchWindow {
+		t.Fatalf("proxy: Redis.FlushDelay = %v, IncrBatchWindow %v, want %v, %v", hc.Redis.FlushDelay, hc.Redis.IncrBatchWindow, proxy.CounterFlushDelay, proxy.CounterBatchWindow)
 	}
-	if hc := clientConfig(cfg, nil); hc.Redis.FlushDelay != 0 {
-		t.Fatalf("serve: Redis.FlushDelay = %v, want 0", hc.Redis.FlushDelay)
+	if hc := clientConfig(cfg, nil); hc.Redis.FlushDelay != 0 || hc.Redis.IncrBatchWindow != 0 {
+		t.Fatalf("serve: Redis.FlushDelay = %v, IncrBatchWindow %v, want 0, 0", hc.Redis.FlushDelay, hc.Redis.IncrBatchWindow)
 	}
 }

@@ -256,6 +256,7 @@ func (e *Engine) coldStart(key string) bool {
 type marker interface {
 	// IncrByMarked reports whether the mark exists, then adds delta to
 	// sub (giving it the deadline at, when not zero, unless it has one).
+	// An empty mark is not checked (marked is false).
 	IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (int64, bool, error)
 }
 
@@ -408,7 +409,12 @@ func (e *Engine) IncrDirect(ctx context.Context, n *ns.Namespace, key string, de
 			lookup <- e.meta.Refresh(lctx, k)
 		}()
 	}
-	v, err = e.st.IncrBy(ctx, sub, delta)
+	if cached && e.marks != nil {
+		// Known cold: the INCRBY alone, sent with the marked ones.
+		v, _, err = e.marks.IncrByMarked(ctx, sub, "", delta, time.Time{})
+	} else {
+		v, err = e.st.IncrBy(ctx, sub, delta)
+	}
 	if lookup != nil {
 		select {
 		case lerr := <-lookup:

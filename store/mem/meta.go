@@ -297,7 +297,8 @@ func (s *Store) DelMark(ctx context.Context, key string, v int64) error {
 
 // IncrByMarked reports whether the record mark mark, in sub's node,
 // exists, and adds delta to the sub-counter sub (giving it the deadline
-// at, when not zero, unless it has one): one round.
+// at, when not zero, unless it has one): one round. An empty mark is not
+// checked.
 func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (int64, bool, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, false, err
@@ -306,8 +307,11 @@ func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64,
 	nd.rounds.Add(1)
 	nd.mu.Lock()
 	now := s.now()
-	nd.cmds["exists"]++
-	_, marked := nd.live(mark, now)
+	marked := false
+	if mark != "" {
+		nd.cmds["exists"]++
+		_, marked = nd.live(mark, now)
+	}
 	v, seq, err := nd.incrByExpire(sub, delta, at, now)
 	nd.mu.Unlock()
 	if err != nil {

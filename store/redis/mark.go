@@ -88,35 +88,42 @@ func (s *Store) DelMark(ctx context.Context, key string, v int64) error {
 // EXISTS, then INCRBY (and PEXPIREAT … NX when at is not zero), pipelined
 // in one round trip to one node. An error of the EXISTS alone reports
 // marked true: the caller then looks the record up, as without a mark.
+// An empty mark is not checked: INCRBY alone, and marked false.
+//
+// With Config.FlushDelay set, concurrent calls are sent together (see
+// coalescer).
 func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (v int64, marked bool, err error) {
-	n := 2
-	if !at.IsZero() {
-		n = 3
+	if s.closed.Load() {
+		return 0, false, store.ErrClosed
 	}
-	ms := at.UnixMilli()
+	call := &markedCall{sub: sub, mark: mark, delta: delta, at: at}
+	if s.marked != nil {
+		return s.marked.do(ctx, call)
+	}
 	res, err := s.run(ctx, batch{
-		n:   n,
-		key: func(int) string { return sub },
-		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed {
-			switch i {
-			case 0:
-				return b.Exists().Key(mark).Build()
-			case 1:
-				return b.Incrby().Key(sub).Increment(delta).Build()
-			}
-			return b.Pexpireat().Key(sub).MillisecondsTimestamp(ms).Nx().Build()
-		},
+		n:     call.commands(),
+		key:   func(int) string { return sub },
+		build: func(b rueidis.Builder, i int, _ bool) rueidis.Completed { return call.build(b, i) },
 	})
 	if err != nil {
 		return 0, false, err
 	}
-	if v, err = res[1].AsInt64(); err != nil {
+	return s.markedResult(sub, mark != "", res)
+}
+
+// markedResult reads IncrByMarked's replies: EXISTS (when checked),
+// INCRBY and PEXPIREAT (when sent).
+func (s *Store) markedResult(sub string, checked bool, res []rueidis.RedisResult) (v int64, marked bool, err error) {
+	if checked {
+		e, err := res[0].AsInt64()
+		marked = err != nil || e != 0
+		res = res[1:]
+	}
+	if v, err = res[0].AsInt64(); err != nil {
 		return 0, false, s.mapErr(err)
 	}
-	e, err := res[0].AsInt64()
-	marked = err != nil || e != 0
-	if n == 3 {
-		if err := res[2].Error(); err != nil {
+	if len(res) == 2 {
+		if err := res[1].Error(); err != nil {
 			return v, marked, fmt.Errorf("PEXPIREAT %q: %w", sub, s.mapErr(err))
 		}
 	}

@@ -150,6 +150,12 @@ type Config struct {
 	// FlushDelay more latency for a command that arrives right after a
 	// write. Zero writes every command as soon as it can.
 	FlushDelay time.Duration
+	// BatchWindow, when positive, sends IncrByMarked's increments of
+	// concurrent callers together, one batch written to every node at
+	// once, on connections of their own that do not wait (see
+	// coalescer). An increment waits at most about this long. Zero sends
+	// each call on its own.
+	BatchWindow time.Duration
 }
 
 // withDefaults returns a validated copy of c with defaults filled in.
@@ -162,8 +168,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: empty address", ErrInvalidConfig)
 		}
 	}
-	if c.Timeout < 0 || c.DialTimeout < 0 || c.TopologyRefresh < 0 || c.MaxConcurrency < 0 || c.FlushDelay < 0 {
-		return c, fmt.Errorf("%w: negative timeout, refresh period, concurrency or flush delay", ErrInvalidConfig)
+	if c.Timeout < 0 || c.DialTimeout < 0 || c.TopologyRefresh < 0 || c.MaxConcurrency < 0 || c.FlushDelay < 0 || c.BatchWindow < 0 {
+		return c, fmt.Errorf("%w: negative timeout, refresh period, concurrency, flush delay or batch window", ErrInvalidConfig)
 	}
 	c.Addrs = append([]string(nil), c.Addrs...)
 	if c.Timeout == 0 {
@@ -203,6 +209,7 @@ type Store struct {
 	stats     sync.Map // node name → *nodeCounters
 	deadlines *deadlines
 	watch     *watchdog
+	marked    *coalescer // nil without FlushDelay
 }
 
 var _ store.Store = (*Store)(nil)
@@ -228,7 +235,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	watch := newWatchdog(cfg.Timeout, time.Now())
-	client, err := rueidis.NewClient(rueidis.ClientOption{
+	opt := rueidis.ClientOption{
 		InitAddress:       cfg.Addrs,
 		Username:          cfg.Username,
 		Password:          cfg.Password,
@@ -240,7 +247,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		ForceSingleClient: cfg.ForceSingle,
 		ClientSetInfo:     rueidis.DisableClientSetInfo,
 		MaxFlushDelay:     cfg.FlushDelay,
-	})
+	}
+	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, cfg.Addrs, err)
 	}
@@ -258,6 +266,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.cancel()
 		client.Close()
 		return nil, err
+	}
+	if cfg.BatchWindow > 0 {
+		// The batches are gathered here: their connections write at once.
+		opt.MaxFlushDelay = 0
+		bc, err := rueidis.NewClient(opt)
+		if err != nil {
+			s.cancel()
+			client.Close()
+			return nil, fmt.Errorf("%w: connect %v: %w", store.ErrUnavailable, cfg.Addrs, err)
+		}
+		s.marked = newCoalescer(s, bc, cfg.BatchWindow)
 	}
 	s.wg.Add(1)
 	go s.watchLoop()
@@ -291,6 +310,9 @@ func (s *Store) Close() error {
 		close(s.done)
 		s.cancel()
 		s.wg.Wait()
+		if s.marked != nil {
+			s.marked.close()
+		}
 		s.client.Close()
 	})
 	return nil
