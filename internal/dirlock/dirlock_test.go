@@ -53,32 +53,38 @@ func TestExclusiveAndShared(t *testing.T) {
 
 // TestStaleLockNeverBlocks: a lock held by a process that was killed is
 // gone with it.
+//
+// flock(1) takes the lock, forks, and its child closes the locked file
+// (--close) before it runs the command: until then the child shares the
+// lock, and a child killed in that moment may still hold it after
+// flock(1) itself has been waited for. The command marks that it runs, and
+// the test kills only after the mark, when flock(1) alone holds the lock.
 func TestStaleLockNeverBlocks(t *testing.T) {
 	flock, err := exec.LookPath("flock")
 	if err != nil {
 		t.Skip("flock(1) not installed")
 	}
 	dir := t.TempDir()
-	holder := exec.Command(flock, "--exclusive", "--close", filepath.Join(dir, LockFile), "sleep", "600")
+	ready := filepath.Join(t.TempDir(), "running")
+	holder := exec.Command(flock, "--exclusive", "--close", filepath.Join(dir, LockFile), "sh", "-c", `touch "$0" && exec sleep 600`, ready)
 	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		l, err := Exclusive(dir)
-		if errors.Is(err, ErrLocked) {
+		if _, err := os.Stat(ready); err == nil {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		// flock(1) has not taken it yet: let go and look again.
-		l.Release()
 		if time.Now().After(deadline) {
-			t.Fatal("flock(1) never took the lock")
+			syscall.Kill(-holder.Process.Pid, syscall.SIGKILL)
+			holder.Wait()
+			t.Fatal("flock(1) never ran its command")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := Exclusive(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("while flock(1) holds the lock: %v, want ErrLocked", err)
 	}
 	syscall.Kill(-holder.Process.Pid, syscall.SIGKILL) // flock(1) and its sleep
 	holder.Wait()
