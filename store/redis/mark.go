@@ -90,8 +90,9 @@ func (s *Store) DelMark(ctx context.Context, key string, v int64) error {
 // marked true: the caller then looks the record up, as without a mark.
 // An empty mark is not checked: INCRBY alone, and marked false.
 //
-// With Config.FlushDelay set, concurrent calls are sent together (see
-// coalescer).
+// With Config.BatchWindow set, concurrent calls are sent together (see
+// coalescer); without it, a call with neither mark nor deadline is
+// IncrBy.
 func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64, at time.Time) (v int64, marked bool, err error) {
 	if s.closed.Load() {
 		return 0, false, store.ErrClosed
@@ -99,6 +100,10 @@ func (s *Store) IncrByMarked(ctx context.Context, sub, mark string, delta int64,
 	call := &markedCall{sub: sub, mark: mark, delta: delta, at: at}
 	if s.marked != nil {
 		return s.marked.do(ctx, call)
+	}
+	if mark == "" && at.IsZero() {
+		v, err := s.IncrBy(ctx, sub, delta)
+		return v, false, err
 	}
 	res, err := s.run(ctx, batch{
 		n:     call.commands(),

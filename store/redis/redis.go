@@ -209,7 +209,7 @@ type Store struct {
 	stats     sync.Map // node name → *nodeCounters
 	deadlines *deadlines
 	watch     *watchdog
-	marked    *coalescer // nil without FlushDelay
+	marked    *coalescer // nil without BatchWindow
 }
 
 var _ store.Store = (*Store)(nil)
