@@ -77,24 +77,34 @@
 // With Calibrate set (and Redis seeds), Run first measures one node's
 // single-key ceiling with the bench's own client and the same open-loop
 // generator the paced runs use: Procs instances in single mode, with
-// openInFlight calls in flight over all of them, are offered 1,000
-// increments per second for a step of Calibrate/3 (at least 100 ms), then
-// twice the rate at each step, until three steps in a row neither keep up
-// (serve 95% of the offered rate) nor raise the most achieved by 10%, or 12 steps have run. A step's
-// achieved rate is its increments acknowledged over the time from its
-// start to the last acknowledgement. A capped node serves more commands
-// per slice of CPU under a deeper backlog, so the ramp goes on past the
-// first rate it falls behind; the ceiling is the plateau: the mean of the
+// openInFlight calls in flight over all of them, drive a key on the node
+// the single run's key is on. The ramp offers 1,000 increments per second
+// for a step of Calibrate/3 (at least 100 ms), then twice the rate at each
+// step, until three steps in a row neither keep up (serve 95% of the
+// offered rate) nor raise the most achieved by 10%, or 12 steps have run.
+// A step's achieved rate is its increments acknowledged over the time
+// from its start to the last acknowledgement. A capped node serves more
+// commands per slice of CPU under a deeper backlog, so the ramp goes on
+// past the first rate it falls behind; its plateau is the mean of the
 // rates of the step that achieved the most and of the steps after it
 // (rueidis pipelines the concurrent calls, so this is the ceiling that
-// matters, not that of one unpipelined connection), and a run offered a
-// multiple of it (RateCeilings) meets the node with such a backlog. The
-// node's own CPU use (INFO cpu) during the step that achieved the most is
-// reported beside it, so one can
-// see whether the node or the generator was the limit. Each run then
-// reports every node's writes per second and its utilisation: those writes
-// over the ceiling. Flush scripts (EVALSHA) cost a node more than a plain
-// INCRBY, so a buffered mode's utilisation is a lower bound.
+// matters, not that of one unpipelined connection).
+//
+// A hold step follows the ramp and sets the ceiling: it offers what the
+// runs will offer, RateCeilings times the plateau (without RateCeilings,
+// the offer of the step that achieved the most), for as long as a run's
+// window (at least Calibrate), and the ceiling is what it achieved. A
+// ramp step is ten CFS periods of a node capped at 1%, and a capped node
+// took more from the ramp's offers of 64,000/s and up than from a run's
+// 3x, so a ceiling from the ramp alone sat above what single then took
+// (0.87 of it on average over 32 runs, 0.57 to 1.25; see
+// docs/benchmarks-log.md). The
+// node's own CPU use (INFO cpu) during the hold is reported beside the
+// ceiling, so one can see whether the node or the generator was the
+// limit. Each run then reports every node's writes per second and its
+// utilisation: those writes over the ceiling. Flush scripts (EVALSHA) cost
+// a node more than a plain INCRBY, so a buffered mode's utilisation is a
+// lower bound.
 //
 // The calibration leaves nothing of its load behind: each step returns
 // once every call in flight has returned (answered, or given up after
@@ -185,8 +195,8 @@ const (
 	// increments fall due, not a standing pool).
 	MaxWorkers = 1 << 14
 	// DefaultCalibrate is the command line's Calibrate: each step of the
-	// calibration drives one node for a third of it (the library's zero
-	// Calibrate skips it).
+	// calibration's ramp drives one node for a third of it, and its hold
+	// for at least all of it (the library's zero Calibrate skips it).
 	DefaultCalibrate = 3 * time.Second
 	// openInFlight is the number of unbuffered calls in flight, over all
 	// instances, of a calibration or of an open-loop run on one node,
@@ -249,7 +259,8 @@ type Config struct {
 	// needs Calibrate and excludes Rate.
 	RateCeilings float64
 	// Calibrate, when positive, first measures one node's single-key
-	// ceiling (Redis only) in steps of a third of it (see the package
+	// ceiling (Redis only) in steps of a third of it, then holds the
+	// runs' offer for at least this long (see the package
 	// documentation); utilisation is reported against it. Zero skips the
 	// calibration.
 	Calibrate time.Duration
@@ -474,7 +485,8 @@ func (c Config) validate(now time.Time) (settings, error) {
 			return bad("key with its run suffix: %v", err)
 		}
 	}
-	if err := hotcount.ValidateKey(s.calibrationKey()); err != nil {
+	// The longest key the calibration may drive (see calibrationKeyOn).
+	if err := hotcount.ValidateKey(s.calibrationKey() + ":" + strconv.Itoa(calKeySearch-1)); err != nil {
 		return bad("key with its run suffix: %v", err)
 	}
 	return s, nil

@@ -353,6 +353,13 @@ func TestRunCalibratedSweep(t *testing.T) {
 	if c.Latency.Samples == 0 || c.NodeWritesPerSec <= 0 || c.NodeCPU <= 0 {
 		t.Errorf("calibration lacks figures: %+v", c)
 	}
+	// The last step holds the runs' offer, half the ramp's plateau, for at
+	// least Calibrate, and sets the ceiling.
+	ramp, hold := c.Steps[:len(c.Steps)-1], c.Steps[len(c.Steps)-1]
+	best := ceilingStep(ramp)
+	if !hold.Hold || hold.OfferedPerSec != math.Round(0.5*plateau(ramp, best)) || hold.Seconds < 0.5 || c.IncrPerSec != hold.AchievedPerSec || slices.ContainsFunc(ramp, func(st CalibrationStep) bool { return st.Hold }) {
+		t.Errorf("hold %+v, ceiling %v, steps %+v", hold, c.IncrPerSec, c.Steps)
+	}
 	if want := math.Round(0.5 * c.IncrPerSec); rep.OfferedPerSec != want {
 		t.Errorf("offered %v, want half the ceiling %v", rep.OfferedPerSec, want)
 	}
@@ -390,7 +397,7 @@ func TestRunCalibratedSweep(t *testing.T) {
 	if err := rep.WriteSVG(&svg); err != nil || !strings.Contains(svg.String(), "<polyline") {
 		t.Errorf("WriteSVG: %v", err)
 	}
-	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "calibration: one node ("+c.Node+")") {
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "calibration: one node ("+c.Node+")") || !strings.Contains(text.String(), "held (the ceiling)") {
 		t.Errorf("WriteText: %v\n%s", err, text.String())
 	}
 }

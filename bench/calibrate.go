@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // Calibration is one node's single-key INCR ceiling, measured with the
@@ -24,8 +27,8 @@ type Calibration struct {
 	Workers int `json:"workers"`
 	// Seconds is how long the node was driven, over all steps.
 	Seconds float64 `json:"seconds"`
-	// IncrPerSec is the ceiling: the mean of the rates achieved by the
-	// step that achieved the most and the steps after it (see plateau).
+	// IncrPerSec is the ceiling: the rate the hold step achieved, or
+	// without one the ramp's plateau (see ceiling).
 	IncrPerSec float64 `json:"incr_per_sec"`
 	// NodeWritesPerSec is the node's INCRBY rate during the step that
 	// set the ceiling (INFO commandstats); it matches IncrPerSec unless
@@ -40,7 +43,7 @@ type Calibration struct {
 	// Errors counts failed increments, over all steps.
 	Errors int64 `json:"errors"`
 	// Steps are the offered rates, in the order tried, and what each
-	// achieved.
+	// achieved; the last is the hold step when there is one.
 	Steps []CalibrationStep `json:"steps"`
 }
 
@@ -61,6 +64,11 @@ type CalibrationStep struct {
 	// NodeWritesPerSec and NodeCPU are the node's, over the step.
 	NodeWritesPerSec float64 `json:"node_writes_per_sec"`
 	NodeCPU          float64 `json:"node_cpu"`
+	// Seconds is how long the step drove the node.
+	Seconds float64 `json:"seconds"`
+	// Hold marks the step that follows the ramp: the runs' offer, held
+	// for a run's window (see holdRate).
+	Hold bool `json:"hold,omitempty"`
 }
 
 // The calibration's ramp: it offers calStartRate, then twice the rate of
@@ -71,11 +79,21 @@ type CalibrationStep struct {
 // node at 0.3% of a CPU grew again after a flat step, and a ramp that
 // stopped after two put the ceiling at 2,125/s where the run that
 // followed took 3,096/s from it), as does
-// calMaxSteps. The ceiling is the plateau: the mean of the rates of the
-// step that achieved the most and the steps after it. A node that falls
-// behind is offered more still: a capped node serves more commands per
-// slice of CPU under a deeper backlog, and a run offered a multiple of the
-// ceiling meets it with that backlog.
+// calMaxSteps. A node that falls behind is offered more still: a capped
+// node serves more commands per slice of CPU under a deeper backlog, and
+// a run offered a multiple of the ceiling meets it with that backlog.
+//
+// After the ramp, a hold step offers what the runs will offer (see
+// holdRate) for a run's window, at least Config.Calibrate, and the ceiling
+// is what the hold achieved. A ramp step lasts a third of
+// Config.Calibrate, on a node capped at 1% of a CPU ten CFS periods: at
+// one backlog, one step took 2,800/s and the next 10,582/s. And a capped
+// node took more from the ramp's late offers (64,000/s and up) than from
+// a run's 3x: in three alternated pairs of single runs, 200,000/s offered
+// drew 7,494, 7,799 and 6,398/s where 27,000/s drew 6,392, 7,280 and
+// 5,166/s. With the ramp's plateau as the ceiling, single at 3x took 0.57
+// to 1.25 of it in 32 runs (0.87 on average); with the hold's, 0.77 to
+// 1.24 in 12 (1.04 on average).
 const (
 	calStartRate = 1000.0
 	calGrowth    = 2.0
@@ -150,41 +168,100 @@ func ceilingStep(steps []CalibrationStep) int {
 }
 
 // plateau returns the ceiling: the mean of what the step that achieved the
-// most (best) and every step after it achieved. The ramp ends with steps
-// past the node's ceiling, so these are the node's rate under a backlog,
-// and their mean is less lifted by one lucky step than their maximum.
+// most (best) and every step after it achieved, each weighted by its
+// Seconds (steps of unknown length weigh alike). The ramp ends with steps
+// past the node's ceiling, and the hold step is one too, so these are the
+// node's rate under a backlog, and their mean is less lifted by one lucky
+// step than their maximum.
 func plateau(steps []CalibrationStep, best int) float64 {
 	if best < 0 {
 		return 0
 	}
-	var sum float64
+	var sum, secs float64
+	for _, st := range steps[best:] {
+		sum += st.AchievedPerSec * st.Seconds
+		secs += st.Seconds
+	}
+	if secs > 0 {
+		return sum / secs
+	}
 	for _, st := range steps[best:] {
 		sum += st.AchievedPerSec
 	}
 	return sum / float64(len(steps)-best)
 }
 
+// holdRate returns the rate the hold step offers: the runs' own offer,
+// rateCeilings times the ramp's plateau, when they are offered a multiple
+// of the ceiling, else the offer of the step that achieved the most (best);
+// 0 when there is no such step.
+func holdRate(steps []CalibrationStep, best int, rateCeilings float64) float64 {
+	switch {
+	case best < 0:
+		return 0
+	case rateCeilings > 0:
+		return math.Round(rateCeilings * plateau(steps, best))
+	}
+	return steps[best].OfferedPerSec
+}
+
+// ceiling returns the calibrated ceiling of steps whose best step is best:
+// the hold step's achieved rate when the last step is one, else the
+// plateau.
+func ceiling(steps []CalibrationStep, best int) float64 {
+	if n := len(steps); n > 0 && steps[n-1].Hold && steps[n-1].AchievedPerSec > 0 {
+		return steps[n-1].AchievedPerSec
+	}
+	return plateau(steps, best)
+}
+
+// calibrationKeyOn returns the key the calibration drives: base, or base
+// with a suffix ":1", ":2", ... that puts its one sub-counter on the node
+// of the single run's key, so that the ceiling is that of the node single
+// then drives. A counter of N=1 has the label "0" with naive and with
+// placed labels alike. Past calKeySearch candidates it returns base.
+func calibrationKeyOn(t *store.Topology, base, single string) string {
+	if t == nil || len(t.Nodes) == 0 {
+		return base
+	}
+	want := t.NodeOf(keyspace.SubKey(single, "0"))
+	for i := range calKeySearch {
+		key := base
+		if i > 0 {
+			key += ":" + strconv.Itoa(i)
+		}
+		if t.NodeOf(keyspace.SubKey(key, "0")) == want {
+			return key
+		}
+	}
+	return base
+}
+
+// calKeySearch bounds calibrationKeyOn's search: a node that owns a
+// 1/1000 of the slots is missed by it with a chance of e^-10.
+const calKeySearch = 10_000
+
 // calibrate measures the single-key ceiling of the node that holds the
 // calibration key: the ramp above, each step an open-loop window of the
 // generator the runs use (drive with a rate).
 func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error) {
-	key := s.calibrationKey()
 	cfg := hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: openCallTimeout}
 	checker, err := openRetrying(ctx, b, hotcount.Config{Defaults: hotcount.Namespace{N: 1, NoColdStart: true}, Reads: hotcount.ReadConfig{NoCache: true}, Meta: hotcount.MetaConfig{NaiveLabels: s.NaiveLabels}, Timeout: checkTimeout}, defaultOpenRetry)
 	if err != nil {
 		return nil, err
 	}
 	defer checker.Close(context.Background())
+	topo, err := checker.Store().Topology(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("calibration: %w", err)
+	}
+	key := calibrationKeyOn(topo, s.calibrationKey(), s.runKey(variant{Single, 1}))
 	for _, d := range []int64{1, -1} { // settles the label, as runRound does
 		if err := checker.Incr(ctx, key, d); err != nil {
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
 	}
 	subs, err := checker.SubKeys(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("calibration: %w", err)
-	}
-	topo, err := checker.Store().Topology(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
@@ -204,7 +281,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 	}
 	defer closeInstances(ins)
 	window := max(s.Calibrate/calStepShare, minSegment)
-	measure := func(rate float64) (CalibrationStep, error) {
+	measure := func(rate float64, window time.Duration) (CalibrationStep, error) {
 		for _, in := range ins {
 			in.lat.reset()
 		}
@@ -232,19 +309,31 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 			AchievedPerSec:   float64(t1.sent-t0.sent) / elapsed.Seconds(),
 			Latency:          latencies(ins).latency(),
 			NodeWritesPerSec: float64(b.writes(after[node].minus(before[node]))) / elapsed.Seconds(),
+			Seconds:          elapsed.Seconds(),
 		}
 		if cpuErr == nil {
 			st.NodeCPU = (cpu1 - cpu0) / elapsed.Seconds()
 		}
 		return st, nil
 	}
-	steps, best, err := calibrationRamp(ctx, measure)
+	steps, best, err := calibrationRamp(ctx, func(rate float64) (CalibrationStep, error) { return measure(rate, window) })
+	if rate := holdRate(steps, best, s.RateCeilings); err == nil && rate > 0 {
+		var st CalibrationStep
+		if st, err = measure(rate, max(s.Calibrate, s.segment, minSegment)); err == nil {
+			st.OfferedPerSec, st.Hold = rate, true
+			st.KeptUp = st.AchievedPerSec >= calKeepUp*rate
+			steps = append(steps, st)
+		}
+	}
 	cal.Steps = steps
 	t := sum(ins)
 	cal.Errors = t.failed
 	if best >= 0 {
 		c := steps[best]
-		cal.IncrPerSec, cal.NodeWritesPerSec, cal.NodeCPU, cal.Latency = plateau(steps, best), c.NodeWritesPerSec, c.NodeCPU, c.Latency
+		if last := steps[len(steps)-1]; last.Hold {
+			c = last
+		}
+		cal.IncrPerSec, cal.NodeWritesPerSec, cal.NodeCPU, cal.Latency = ceiling(steps, best), c.NodeWritesPerSec, c.NodeCPU, c.Latency
 	}
 	if err != nil {
 		return cal, err

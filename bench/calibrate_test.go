@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotcount/hotcount/keyspace"
+	"github.com/hotcount/hotcount/store"
 )
 
 // modelNode is a node that serves at most capacity increments per second:
@@ -135,5 +140,71 @@ func TestCalibrationPlateau(t *testing.T) {
 	}
 	if plateau(nil, -1) != 0 {
 		t.Error("plateau of nothing")
+	}
+}
+
+// TestCalibrationPlateauWeighsSeconds: steps of known length weigh by it,
+// so a hold of 6 s outweighs a ramp step of 1 s.
+func TestCalibrationPlateauWeighsSeconds(t *testing.T) {
+	steps := []CalibrationStep{{AchievedPerSec: 900, Seconds: 1}, {AchievedPerSec: 12000, Seconds: 1}, {AchievedPerSec: 6000, Seconds: 6}}
+	if got, want := plateau(steps, 1), (12000.0+6*6000)/7; got != want {
+		t.Errorf("plateau %v, want %v", got, want)
+	}
+}
+
+// TestCalibrationHold: the hold step offers the runs' own offer (the
+// multiple of the ramp's plateau) when they are offered one, else the
+// best step's offer; the ceiling is the hold's achieved rate, or the
+// plateau without a hold.
+func TestCalibrationHold(t *testing.T) {
+	steps := []CalibrationStep{
+		{OfferedPerSec: 1000, AchievedPerSec: 1000, Seconds: 1},
+		{OfferedPerSec: 64000, AchievedPerSec: 10000, Seconds: 1},
+		{OfferedPerSec: 128000, AchievedPerSec: 8000, Seconds: 1},
+	}
+	if got := holdRate(steps, 1, 3); got != 27000 {
+		t.Errorf("hold rate at 3x: %v, want 27000", got)
+	}
+	if got := holdRate(steps, 1, 0); got != 64000 {
+		t.Errorf("hold rate without a multiple: %v, want the best step's 64000", got)
+	}
+	if got := holdRate(nil, -1, 3); got != 0 {
+		t.Errorf("hold rate without steps: %v", got)
+	}
+	if got := ceiling(steps, 1); got != 9000 {
+		t.Errorf("ceiling without a hold: %v, want the plateau 9000", got)
+	}
+	held := append(steps, CalibrationStep{OfferedPerSec: 27000, AchievedPerSec: 7000, Seconds: 6, Hold: true})
+	if got := ceiling(held, 1); got != 7000 {
+		t.Errorf("ceiling with a hold: %v, want its 7000", got)
+	}
+	failed := append(steps, CalibrationStep{OfferedPerSec: 27000, Hold: true})
+	if got := ceiling(failed, 1); got != 9000 {
+		t.Errorf("ceiling with an empty hold: %v, want the plateau 9000", got)
+	}
+}
+
+// TestCalibrationKeyOn: the calibration key lands on the node of the
+// single run's key, on a topology of many nodes, and is the base key
+// without a topology.
+func TestCalibrationKeyOn(t *testing.T) {
+	for _, n := range []int{1, 3, 8, 100} {
+		nodes := make([]string, n)
+		for i := range nodes {
+			nodes[i] = "10.0.0." + strconv.Itoa(i) + ":6379"
+		}
+		topo := store.Even(nodes)
+		for _, single := range []string{"k:single:a", "story:single:mxa3bpc6", "x"} {
+			key := calibrationKeyOn(topo, "k:calibrate:a", single)
+			if !strings.HasPrefix(key, "k:calibrate:a") {
+				t.Fatalf("key %q", key)
+			}
+			if got, want := topo.NodeOf(keyspace.SubKey(key, "0")), topo.NodeOf(keyspace.SubKey(single, "0")); got != want {
+				t.Errorf("%d nodes: %q is on %s, %q on %s", n, key, got, single, want)
+			}
+		}
+	}
+	if got := calibrationKeyOn(nil, "k:calibrate:a", "k:single:a"); got != "k:calibrate:a" {
+		t.Errorf("no topology: %q", got)
 	}
 }

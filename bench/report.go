@@ -333,7 +333,11 @@ func (r *Report) WriteText(w io.Writer) error {
 			if !st.KeptUp {
 				kept = "did not keep up"
 			}
-			fmt.Fprintf(w, "  offered %.0f/s: achieved %.0f/s, latency p50/p99 %s ms, %s\n", st.OfferedPerSec, st.AchievedPerSec, lat(st.Latency), kept)
+			step := "offered"
+			if st.Hold {
+				step = "held (the ceiling)"
+			}
+			fmt.Fprintf(w, "  %s %.0f/s for %.1f s: achieved %.0f/s, latency p50/p99 %s ms, %s\n", step, st.OfferedPerSec, st.Seconds, st.AchievedPerSec, lat(st.Latency), kept)
 		}
 		fmt.Fprintln(w)
 	}

@@ -34,7 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&ns, "n", strconv.Itoa(bench.DefaultN), "sub-counters in sharded and combined mode; several, e.g. 1,2,4,8, run those modes once per value")
 	fs.IntVar(&c.Procs, "procs", bench.DefaultProcs, "independent client instances")
 	fs.StringVar(&rate, "rate", "0", "increments per second over all instances, offered open-loop, or a multiple of the calibrated ceiling, e.g. 4x (0: as fast as they can)")
-	fs.DurationVar(&calibrate, "calibrate", calibrate, "with --redis, first measure one node's single-key INCR ceiling, open-loop, in steps of a third of this (0: skip)")
+	fs.DurationVar(&calibrate, "calibrate", calibrate, "with --redis, first measure one node's single-key INCR ceiling, open-loop, in steps of a third of this, then hold the runs' offer for at least this long (0: skip)")
 	fs.StringVar(&svg, "svg", "", "write an SVG chart of the achieved rate against N to this file")
 	fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "how long each mode is driven")
 	fs.DurationVar(&c.Flush, "flush", bench.DefaultFlush, "flush interval of the buffered modes")
