@@ -218,6 +218,16 @@ func (c *coalescer) run(calls []*markedCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	res := c.client.DoMulti(ctx, cmds...)
 	cancel()
+	kicked := false
+	for _, r := range res {
+		// The batches' client follows MOVED and ASK itself; the store's
+		// own map, which its other calls use, is refreshed as they would
+		// after a redirect or a lost connection.
+		if a := s.classify(r.Error(), false); !kicked && (a == actMoved || a == actConnErr) {
+			s.kickRefresh()
+			kicked = true
+		}
+	}
 	for i, call := range calls {
 		call.v, call.marked, call.err = s.markedResult(call.sub, call.mark != "", res[first[i]:first[i+1]])
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/keyspace"
 	"github.com/hotcount/hotcount/store"
 )
@@ -286,4 +288,56 @@ func TestCoalescedIncrByMarked(t *testing.T) {
 			t.Fatalf("after Close: %v, want ErrClosed", err)
 		}
 	})
+}
+
+// TestCoalescerLostNodeKicksRefresh: a batch that meets a lost
+// connection asks the store for a topology refresh, as the store's own
+// calls do, and its call fails with an unknown outcome or as unsent.
+func TestCoalescerLostNodeKicksRefresh(t *testing.T) {
+	ctx := ctxT(t)
+	// A cluster of one node of its own, to be killed (the store refreshes
+	// its map in cluster mode only).
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	if _, err := testenv.Do(ctx, n.Addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := testenv.Do(ctx, n.Addr, "CLUSTER", "INFO")
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("one-node cluster not ok: %v %s", err, info)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// A refresh period longer than the test, so only a kick refreshes.
+	s, err := New(ctx, Config{Addrs: []string{n.Addr}, Timeout: 500 * time.Millisecond, BatchWindow: time.Millisecond, TopologyRefresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sub := keyspace.SubKey("kick", keyspace.ColdLabel)
+	if _, _, err := s.IncrByMarked(ctx, sub, keyspace.MarkKey("kick"), 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	before := s.refreshStarted.Load()
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.IncrByMarked(ctx, sub, keyspace.MarkKey("kick"), 1, time.Time{}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("IncrByMarked on a killed node: %v, want ErrUnavailable", err)
+	}
+	for s.refreshStarted.Load() == before {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no topology refresh after the batch's connection was lost")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
