@@ -34,8 +34,8 @@ func (c *conn) counterCommand(name string, ci *cmdInfo, args [][]byte, strs []st
 		}
 		c.counterIncr(first, delta)
 	case "incrby", "decrby":
-		delta, err := strconv.ParseInt(strs[2], 10, 64)
-		if err != nil {
+		delta, ok := string2ll([]byte(strs[2]))
+		if !ok {
 			c.out = appendErr(c.out, "ERR value is not an integer or out of range")
 			return
 		}
@@ -294,9 +294,15 @@ func (c *conn) counterSet(key string, strs []string) {
 		c.out = appendErr(c.out, fmt.Sprintf("ERR counter key '%.200s' takes SET key <integer> without options", key))
 		return
 	}
-	v, err := strconv.ParseInt(strs[2], 10, 64)
-	if err != nil {
+	v, ok := string2ll([]byte(strs[2]))
+	if !ok {
 		c.out = appendErr(c.out, fmt.Sprintf("ERR counter key '%.200s' holds an integer: SET takes an integer", key))
+		return
+	}
+	if v > hotcount.MaxDelta || v < -hotcount.MaxDelta {
+		// Refused before the clear: a value no sub-counter can hold must
+		// not cost the counter the value it has.
+		c.out = appendErr(c.out, fmt.Sprintf("ERR counter key '%.200s' holds at most ±%d: SET takes an integer within it", key, int64(hotcount.MaxDelta)))
 		return
 	}
 	ctx, cancel := c.timeout()
@@ -431,24 +437,31 @@ func (c *conn) counterExpire(name, key string, strs []string) {
 		c.out = appendErr(c.out, fmt.Sprintf("ERR counter key '%.200s' takes %s key <time> without options", key, strings.ToUpper(name)))
 		return
 	}
-	n, err := strconv.ParseInt(strs[2], 10, 64)
-	if err != nil {
+	n, ok := string2ll([]byte(strs[2]))
+	if !ok {
 		c.out = appendErr(c.out, "ERR value is not an integer or out of range")
 		return
 	}
-	var at time.Time
-	now := c.s.cfg.Clock.Now()
-	const maxMs = 1 << 52 // far past any deadline, within a time.Time
-	switch name {
-	case "expire":
-		at = now.Add(time.Duration(clampInt(n, -maxMs/1000, maxMs/1000)) * time.Second)
-	case "pexpire":
-		at = now.Add(time.Duration(clampInt(n, -maxMs, maxMs)) * time.Millisecond)
-	case "expireat":
-		at = time.Unix(clampInt(n, -maxMs/1000, maxMs/1000), 0)
-	case "pexpireat":
-		at = time.UnixMilli(clampInt(n, -maxMs, maxMs))
+	// As Redis: a time whose conversion to milliseconds, or whose sum
+	// with the current time, passes int64 is refused (it must never wrap
+	// into a deadline in the past, which would clear the counter).
+	if name == "expire" || name == "expireat" {
+		if n > math.MaxInt64/1000 || n < math.MinInt64/1000 {
+			c.out = appendErr(c.out, "ERR invalid expire time in '"+name+"' command")
+			return
+		}
+		n *= 1000
 	}
+	if name == "expire" || name == "pexpire" {
+		base := c.s.cfg.Clock.Now().UnixMilli()
+		if n > math.MaxInt64-base {
+			c.out = appendErr(c.out, "ERR invalid expire time in '"+name+"' command")
+			return
+		}
+		n += base
+	}
+	const maxMs = 1 << 52 // far past any deadline, within a time.Time
+	at := time.UnixMilli(clampInt(n, -maxMs, maxMs))
 	ctx, cancel := c.timeout()
 	defer cancel()
 	c.s.est.drop(key)

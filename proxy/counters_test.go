@@ -122,6 +122,76 @@ func TestCounterCommands(t *testing.T) {
 	}
 }
 
+// TestCounterBadArguments: an argument Redis refuses is refused on a
+// counter key too, with Redis's error, and leaves the counter as it was:
+// integers are parsed as Redis parses them (no '+', no leading zeros), a
+// SET past the sub-counter bound does not clear the counter first, and an
+// expire time that passes int64 in milliseconds is refused rather than
+// clamped into a deadline that clears the counter.
+func TestCounterBadArguments(t *testing.T) {
+	p := uniq(t)
+	ns := []hotcount.Namespace{
+		{Prefix: p + "u:", ReadCacheTTL: readCacheTTL},
+		{Prefix: p + "b:", Buffered: true, ReadCacheTTL: readCacheTTL},
+	}
+	e := startProxy(t, ns, proxy.Config{})
+	notInt := "-ERR value is not an integer or out of range\r\n"
+	for _, kind := range []string{"u", "b"} {
+		t.Run(kind, func(t *testing.T) {
+			r := dialRaw(t, e.addr)
+			k := p + kind + ":post:1"
+			bound := "-ERR counter key '" + k + "' holds at most ±9007199254740991: SET takes an integer within it\r\n"
+			if got := r.do("SET", k, "10"); got != "+OK\r\n" {
+				t.Fatalf("SET: %q", got)
+			}
+			for _, s := range []struct {
+				cmd  []string
+				want string
+			}{
+				{[]string{"INCRBY", k, "+5"}, notInt},
+				{[]string{"INCRBY", k, "007"}, notInt},
+				{[]string{"INCRBY", k, "-0"}, notInt},
+				{[]string{"DECRBY", k, "+5"}, notInt},
+				{[]string{"SET", k, "+5"}, "-ERR counter key '" + k + "' holds an integer: SET takes an integer\r\n"},
+				{[]string{"SET", k, "9223372036854775807"}, bound},
+				{[]string{"SET", k, "-9007199254740992"}, bound},
+				{[]string{"EXPIRE", k, "+100"}, notInt},
+				{[]string{"EXPIRE", k, "0100"}, notInt},
+				{[]string{"EXPIRE", k, "9223372036854775807"}, "-ERR invalid expire time in 'expire' command\r\n"},
+				{[]string{"EXPIRE", k, "-9223372036854775808"}, "-ERR invalid expire time in 'expire' command\r\n"},
+				{[]string{"EXPIREAT", k, "9223372036854775807"}, "-ERR invalid expire time in 'expireat' command\r\n"},
+				{[]string{"PEXPIRE", k, "9223372036854775807"}, "-ERR invalid expire time in 'pexpire' command\r\n"},
+			} {
+				if got := r.do(s.cmd...); got != s.want {
+					t.Errorf("%q: got %q, want %q", s.cmd, got, s.want)
+				}
+				get, ttl := r.do("GET", k), r.do("TTL", k)
+				if get != "$2\r\n10\r\n" || ttl != ":-1\r\n" {
+					t.Errorf("after %q: GET %q, TTL %q; want 10 without a deadline", s.cmd, get, ttl)
+					r.do("SET", k, "10") // the next step starts afresh
+				}
+			}
+			// What Redis accepts still works: the largest SET, and an
+			// EXPIRE within range.
+			if got := r.do("SET", k, "-9007199254740991"); got != "+OK\r\n" {
+				t.Fatalf("SET -(2^53-1): %q", got)
+			}
+			if got := r.do("GET", k); got != "$17\r\n-9007199254740991\r\n" {
+				t.Fatalf("GET after SET -(2^53-1): %q", got)
+			}
+			if got := r.do("EXPIRE", k, "100000000000"); got != ":1\r\n" {
+				t.Fatalf("EXPIRE far: %q", got)
+			}
+			if got := r.do("EXPIRE", k, "-9223372036854775"); got != ":1\r\n" {
+				t.Fatalf("EXPIRE far past: %q", got)
+			}
+			if got := r.do("EXISTS", k); got != ":0\r\n" {
+				t.Fatalf("EXISTS after an expire in the past: %q", got)
+			}
+		})
+	}
+}
+
 // TestExactReply: a namespace with ReplyExact answers INCR with a fresh
 // summed read, which sees increments of another process at once, whatever
 // the namespace's read-cache TTL (the Client's cache is not consulted).
