@@ -149,6 +149,13 @@ type Config struct {
 	// durable store cleared. Off by default: one client would delete every
 	// counter of every process sharing the cluster.
 	AllowFlush bool
+	// AllowConfig lets clients run CONFIG SET and CONFIG RESETSTAT: each
+	// is sent to every node of the cluster, primaries and replicas (a
+	// node's configuration is not replicated, and CONFIG GET is answered
+	// by any node), and answered OK only when every node said OK. Off by
+	// default: one client would change every node of a cluster that other
+	// processes share.
+	AllowConfig bool
 	// MaxClients bounds the open client connections; a connection past it
 	// is answered "-ERR max number of clients reached" and closed. 0 means
 	// DefaultMaxClients.

@@ -221,7 +221,7 @@ func TestConnectionCommands(t *testing.T) {
 		{cmd: []string{"PUBLISH", "ch", "m"}, want: ":0\r\n"},
 		{cmd: []string{"MONITOR"}, prefix: true, want: "-ERR MONITOR is not supported"},
 		{cmd: []string{"CONFIG", "GET", "maxmemory-policy"}, contain: "maxmemory-policy"},
-		{cmd: []string{"CONFIG", "SET", "maxmemory", "1"}, prefix: true, want: "-ERR CONFIG is not supported"},
+		{cmd: []string{"CONFIG", "SET", "maxmemory", "1"}, prefix: true, want: "-ERR CONFIG SET is refused by the hotcount proxy"},
 		{cmd: []string{"HELLO", "4"}, want: "-NOPROTO unsupported protocol version\r\n"},
 		{cmd: []string{"HELLO", "3"}, prefix: true, want: "%7\r\n"},
 		{cmd: []string{"CLIENT", "INFO"}, prefix: true, want: "="},

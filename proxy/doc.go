@@ -122,8 +122,10 @@
 //     primary; the cursor packs the primary's index in its low 10 bits),
 //     which cover every primary and hide hotcount's own keys, and
 //     FLUSHALL/FLUSHDB, refused unless Config.AllowFlush (see keyless.go
-//     and flush.go); CONFIG SET, RESETSTAT and REWRITE are refused,
-//     the rest of CONFIG goes to any node;
+//     and flush.go); CONFIG SET and RESETSTAT are refused unless
+//     Config.AllowConfig, which sends them to every node, replicas
+//     included (see configcmd.go); CONFIG REWRITE is refused; the rest of
+//     CONFIG goes to any node;
 //   - a command naming one of hotcount's own keys (a sentinel, a store
 //     mark, a counter's sub-key) is refused;
 //   - unknown commands and wrong arities reach a node, which answers its

@@ -392,19 +392,3 @@ func (c *conn) script(args [][]byte) {
 		c.out = appendErr(c.out, "ERR SCRIPT "+strings.ToUpper(sub)+" is not supported by the hotcount proxy")
 	}
 }
-
-// config: CONFIG SET, RESETSTAT and REWRITE are refused (they would change
-// one node of a shared cluster); the rest (GET, HELP, an unknown
-// subcommand, a missing one) is answered by one node (any), with Redis's
-// own replies and errors.
-func (c *conn) config(args [][]byte) {
-	if len(args) >= 2 {
-		var nb [32]byte
-		switch string(lower(nb[:0], args[1])) {
-		case "set", "resetstat", "rewrite":
-			c.refuse(args)
-			return
-		}
-	}
-	c.do(c.strings(args), -1, nullShape{})
-}

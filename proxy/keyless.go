@@ -145,6 +145,12 @@ func (c *conn) allPrimaries(ctx context.Context, strs []string) ([]rueidis.Redis
 	if err != nil {
 		return nil, err
 	}
+	return c.sendAll(ctx, addrs, nodes, strs), nil
+}
+
+// sendAll sends strs to the nodes of addrs at once and returns their
+// results in the order of addrs.
+func (c *conn) sendAll(ctx context.Context, addrs []string, nodes map[string]rueidis.Client, strs []string) []rueidis.RedisResult {
 	c.s.stats.split.Add(1)
 	res := make([]rueidis.RedisResult, len(addrs))
 	var wg sync.WaitGroup
@@ -157,7 +163,7 @@ func (c *conn) allPrimaries(ctx context.Context, strs []string) ([]rueidis.Redis
 		}()
 	}
 	wg.Wait()
-	return res, nil
+	return res
 }
 
 // function: FUNCTION LOAD, DELETE, FLUSH and RESTORE on every primary

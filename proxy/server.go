@@ -63,8 +63,9 @@ const CounterBatchWindow = 2 * time.Millisecond
 type Server struct {
 	cfg      settings
 	counters Counters
-	up2, up3 rueidis.Client // upstream in RESP2 and in RESP3
-	cluster  bool           // the upstream is a Redis Cluster
+	up2, up3 rueidis.Client       // upstream in RESP2 and in RESP3
+	upOpt    rueidis.ClientOption // how up3 connects, for a node rueidis has no connection to (allNodes)
+	cluster  bool                 // the upstream is a Redis Cluster
 	cmds     commandTable
 	est      *estimates
 	version  string // redis_version of the upstream, shown by HELLO and INFO
@@ -158,6 +159,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		BlockingPoolSize: rueidis.DefaultPoolSize,
 		MaxFlushDelay:    UpstreamFlushDelay,
 	}
+	s.upOpt = opt
 	if s.up3, err = rueidis.NewClient(opt); err != nil {
 		return nil, fmt.Errorf("proxy: connecting to %s: %w", strings.Join(st.Redis.Addrs, ","), err)
 	}

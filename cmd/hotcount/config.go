@@ -115,6 +115,7 @@ const (
 	setRESPQueryBuf = "resp_query_buffer_limit"
 	setRESPBudget   = "resp_memory_budget"
 	setRESPFlush    = "resp_allow_flush"
+	setRESPConfig   = "resp_allow_config"
 	setRESPAnnounce = "resp_announce"
 	setRESPPeers    = "resp_peers"
 )
@@ -207,6 +208,9 @@ type serveConfig struct {
 	RESPMemoryBudget     int `yaml:"resp_memory_budget"`
 	// RESPAllowFlush lets the proxy's clients run FLUSHALL and FLUSHDB.
 	RESPAllowFlush bool `yaml:"resp_allow_flush"`
+	// RESPAllowConfig lets the proxy's clients run CONFIG SET and CONFIG
+	// RESETSTAT, on every node of the cluster.
+	RESPAllowConfig bool `yaml:"resp_allow_config"`
 	// RESPAnnounce and RESPPeers are what CLUSTER answers cluster clients
 	// (proxy.Config.Announce, Peers).
 	RESPAnnounce string   `yaml:"resp_announce"`

@@ -163,6 +163,7 @@ func TestDocsSettingsChecker(t *testing.T) {
 		"scopes: [read, write]\n":    true, // a token's
 		"password_file: /x\n":        true, // a peer's
 		"resp_allow_flush: true\n":   true,
+		"resp_allow_config: true\n":  true,
 		"no_cold_start: true\n":      false,
 		"buffered: maybe\n":          false,
 		"auto_n: {budgte: 20000}\n":  false,

@@ -111,6 +111,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 		QueryBufferLimit: cfg.RESPQueryBufferLimit,
 		MemoryBudget:     int64(cfg.RESPMemoryBudget),
 		AllowFlush:       cfg.RESPAllowFlush,
+		AllowConfig:      cfg.RESPAllowConfig,
 		Announce:         cfg.RESPAnnounce,
 		Peers:            cfg.RESPPeers,
 		Replies:          replies,

@@ -122,6 +122,8 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.RESPMemoryBudget }},
 	{name: setRESPFlush, typ: "bool", def: "false", doc: "let clients run FLUSHALL/FLUSHDB: every primary emptied (hotcount's own keys kept) and every counter of the durable store cleared", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPAllowFlush }},
+	{name: setRESPConfig, typ: "bool", def: "false", doc: "let clients run CONFIG SET/RESETSTAT: sent to every node, replicas included, OK only when every node says OK (CONFIG REWRITE stays refused)", cmds: cmdProxy,
+		ptr: func(c *serveConfig) any { return &c.RESPAllowConfig }},
 	{name: setRESPAnnounce, typ: "host:port", doc: "address cluster clients are told to reach this proxy at (CLUSTER SLOTS, SHARDS, NODES); default: the address each client connected to", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPAnnounce }},
 	{name: setRESPPeers, typ: "list of host:port", doc: "announced addresses of the other proxies of a group; the group splits the slots in what CLUSTER answers (needs resp_announce)", cmds: cmdProxy,
