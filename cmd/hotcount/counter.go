@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hotcount/hotcount"
 	"github.com/hotcount/hotcount/keyspace"
@@ -79,6 +80,18 @@ func (b *backendFlags) choose() (code int, ok bool) {
 		b.server = envS
 	default:
 		b.server = DefaultServer
+	}
+	// A backend named but empty (--redis "", --server "", a variable of
+	// blanks) is refused: read as no backend, it would open an in-process
+	// store that forgets the count when the command exits.
+	switch {
+	case serverFlag && strings.TrimSpace(b.server) == "":
+		return b.fs.usagef("--server needs a URL"), false
+	case (redisFlag || b.server == "") && len(splitAddrs(b.redis)) == 0:
+		if redisFlag {
+			return b.fs.usagef("--redis needs at least one host:port"), false
+		}
+		return b.fs.usagef("$%s holds no host:port", envRedis), false
 	}
 	if b.server != "" && b.sec.set() {
 		return b.fs.usagef("the --redis-* login and TLS flags need --redis"), false

@@ -122,6 +122,11 @@ func TestCLIRedisFromEnv(t *testing.T) {
 		{"both variables", "http://h:1", "a:1", nil, "", "", false},
 		{"both flags", "", "", []string{"--server", "http://h:2", "--redis", "a:1"}, "", "", false},
 		{"redis tls without redis", "", "", []string{"--redis-tls"}, "", "", false},
+		{"empty redis flag", "", "", []string{"--redis", ""}, "", "", false},
+		{"redis flag of commas", "", "", []string{"--redis", " , "}, "", "", false},
+		{"empty redis flag beats env server", "http://h:1", "", []string{"--redis", ""}, "", "", false},
+		{"empty server flag", "", "", []string{"--server", ""}, "", "", false},
+		{"blank redis variable", "", " ", nil, "", "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
