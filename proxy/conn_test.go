@@ -274,7 +274,7 @@ func TestAdmin(t *testing.T) {
 	}
 	code, body := get("/metrics")
 	for _, want := range []string{
-		"hotcount_proxy_counter_increments_total 1", "hotcount_proxy_passthrough_total 1",
+		"hotcount_proxy_increments_total 1", "hotcount_proxy_passthrough_total 1",
 		"hotcount_proxy_clients 1", "hotcount_buffer_unflushed_delta", "go_goroutines", "process_resident_memory_bytes",
 	} {
 		if code != 200 || !strings.Contains(body, want) {

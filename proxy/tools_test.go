@@ -3,7 +3,10 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -166,5 +169,47 @@ func TestPythonRedis(t *testing.T) {
 	out := runTool(t, py, "-c", pythonScript, host, port, p+"likes:post:42", p+"plain", strconv.Itoa(each))
 	if strings.TrimSpace(out) != fmt.Sprint(4*each) {
 		t.Fatalf("python3-redis read %q, want %d", out, 4*each)
+	}
+}
+
+// TestMetricsPromtool: the admin port's /metrics, scraped after counter
+// and plain traffic driven by redis-cli through a proxy with a buffered
+// namespace, passes `promtool check metrics` (its lint of names, help
+// and types), as the server's does.
+func TestMetricsPromtool(t *testing.T) {
+	bin := need(t, "promtool", "", "prometheus")
+	cli := need(t, "redis-cli", "", "redis-tools")
+	p := uniq(t)
+	e := startProxy(t, []hotcount.Namespace{{Prefix: p + "tl:", Buffered: true, ReadCacheTTL: readCacheTTL}}, proxy.Config{})
+	host, port := hostPort(t, e.addr)
+	runTool(t, cli, "-h", host, "-p", port, "-r", "20", "INCR", p+"tl:a")
+	runTool(t, cli, "-h", host, "-p", port, "GET", p+"tl:a")
+	runTool(t, cli, "-h", host, "-p", port, "DEL", p+"tl:b")
+	runTool(t, cli, "-h", host, "-p", port, "SET", p+"plain", "1")
+	runTool(t, cli, "-h", host, "-p", port, "GET", p+"plain")
+	h, err := e.srv.AdminHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	for _, want := range []string{"hotcount_proxy_commands_total", "hotcount_buffer_unflushed_delta", "go_goroutines"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics has no %s:\n%s", want, body)
+		}
+	}
+	cmd := exec.Command(bin, "check", "metrics")
+	cmd.Stdin = strings.NewReader(string(body))
+	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }

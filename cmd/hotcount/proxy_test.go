@@ -350,8 +350,8 @@ func TestProxyAdminDashboard(t *testing.T) {
 	if code, body := get("/v1/nodes"); code != 200 || !strings.Contains(body, n.Addr[strings.LastIndex(n.Addr, ":"):]) {
 		t.Fatalf("GET /v1/nodes: %d %s", code, body)
 	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, fmt.Sprintf("hotcount_proxy_counter_increments_total %d\n", total)) {
-		t.Fatalf("GET /metrics: %d, no hotcount_proxy_counter_increments_total %d", code, total)
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, fmt.Sprintf("hotcount_proxy_increments_total %d\n", total)) {
+		t.Fatalf("GET /metrics: %d, no hotcount_proxy_increments_total %d", code, total)
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("GET /healthz: %d", code)
