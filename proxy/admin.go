@@ -21,6 +21,9 @@ import (
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 when Ready (not draining, the cluster answers PING),
 //	              else 503 with the reason
+//
+// Any other path is a 404, and another method on these paths a 405 with
+// Allow, each with a JSON error body (see JSONErrors).
 func (s *Server) AdminHandler() (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{
@@ -44,7 +47,49 @@ func (s *Server) AdminHandler() (http.Handler, error) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return mux, nil
+	return JSONErrors(mux), nil
+}
+
+// JSONErrors returns a handler that serves mux and writes the answers mux
+// gives to a request no route takes as serve writes them: 404 for a path
+// no route serves, 405 with Allow for a method the path's routes do not
+// take, each with a JSON body {"error": "..."} instead of mux's plain
+// text.
+func JSONErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &unmatched{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.code {
+		case http.StatusMethodNotAllowed:
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeJSON(w, rec.code, map[string]string{"error": fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
+		default:
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+		}
+	})
+}
+
+// unmatched records the status and headers of mux's answer to a request
+// no route takes, and drops its plain-text body.
+type unmatched struct {
+	header http.Header
+	code   int
+}
+
+func (u *unmatched) Header() http.Header { return u.header }
+
+func (u *unmatched) Write(p []byte) (int, error) { return len(p), nil }
+
+func (u *unmatched) WriteHeader(code int) {
+	if u.code == 0 {
+		u.code = code
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

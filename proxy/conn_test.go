@@ -287,6 +287,32 @@ func TestAdmin(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
+	// A path no route serves is a 404, another method on a route's path a
+	// 405 with Allow: each in JSON, as serve answers them.
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"GET", "/nope", 404, ""},
+		{"POST", "/v1/counters/x/incr", 404, ""},
+		{"POST", "/healthz", 405, "GET, HEAD"},
+		{"DELETE", "/metrics", 405, "GET, HEAD"},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var m map[string]string
+		if resp.StatusCode != tc.code || resp.Header.Get("Content-Type") != "application/json" ||
+			json.Unmarshal(b, &m) != nil || m["error"] == "" || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d %q Allow %q %q; want %d, a JSON error, Allow %q",
+				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), b, tc.code, tc.allow)
+		}
+	}
 	e.srv.Drain()
 	code, body = get("/readyz")
 	var m map[string]string

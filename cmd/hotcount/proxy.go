@@ -250,10 +250,13 @@ func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, cfg serveConfig, logger 
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", own)
+	mux.Handle("GET /healthz", own)
+	mux.Handle("GET /readyz", own)
 	mux.Handle("GET /metrics", dash.Protect(server.ScopeMetrics, own))
 	for _, p := range proxyDashboardRoutes {
 		mux.Handle(p, dash)
 	}
-	return mux, nil
+	// A path no route serves, or a method its routes do not take (the
+	// routes that write among them), is answered in JSON as serve answers.
+	return proxy.JSONErrors(mux), nil
 }

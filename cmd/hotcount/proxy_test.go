@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -356,9 +357,17 @@ func TestProxyAdminDashboard(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("GET /healthz: %d", code)
 	}
-	for _, w := range []struct{ method, path string }{
-		{"POST", "/v1/counters/likes:post:42/incr"}, {"DELETE", "/v1/counters/likes:post:42"},
-		{"PUT", "/v1/counters/likes:post:42/shards"}, {"PUT", "/v1/counters/likes:post:42/ttl"},
+	// The routes that write are not served: a path no route serves is a
+	// 404, a method a served path does not take a 405 with Allow, each
+	// with a JSON error body.
+	for _, w := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"POST", "/v1/counters/likes:post:42/incr", 404, ""}, {"DELETE", "/v1/counters/likes:post:42", 405, "GET, HEAD"},
+		{"PUT", "/v1/counters/likes:post:42/shards", 405, "GET, HEAD"}, {"PUT", "/v1/counters/likes:post:42/ttl", 404, ""},
+		{"POST", "/v1/nodes", 405, "GET, HEAD"}, {"GET", "/v1/nope", 404, ""},
 	} {
 		req, _ := http.NewRequest(w.method, admin+w.path, strings.NewReader(`{"by":1,"n":4,"ttl_ms":1000}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -366,9 +375,13 @@ func TestProxyAdminDashboard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode < 400 {
-			t.Fatalf("%s %s on the admin port: %d, want it not served", w.method, w.path, resp.StatusCode)
+		var m map[string]string
+		if resp.StatusCode != w.code || resp.Header.Get("Content-Type") != "application/json" ||
+			json.Unmarshal(b, &m) != nil || m["error"] == "" || resp.Header.Get("Allow") != w.allow {
+			t.Errorf("%s %s on the admin port: %d %q Allow %q %q; want %d, a JSON error, Allow %q",
+				w.method, w.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), b, w.code, w.allow)
 		}
 	}
 	if v, err := rc.Get(ctx, "likes:post:42").Int64(); err != nil || v != total {
