@@ -49,17 +49,44 @@ func (c *conn) config(args [][]byte) {
 func (c *conn) configAll(sub string, strs []string) {
 	ctx, cancel := c.timeout()
 	defer cancel()
-	addrs, nodes, release, err := c.allNodes(ctx)
+	addrs, nodes, down, release, err := c.allNodes(ctx)
 	if err != nil {
 		c.s.stats.upstreamErrors.Add(1)
 		c.out = appendErr(c.out, upstreamError(err))
 		return
 	}
-	res := c.sendAll(ctx, addrs, nodes, strs)
+	reach := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if down[a] == nil {
+			reach = append(reach, a)
+		}
+	}
+	res := c.sendAll(ctx, reach, nodes, strs)
 	release()
+	errs := make([]string, len(addrs))
+	for i, j := 0, 0; i < len(addrs); i++ {
+		if e := down[addrs[i]]; e != nil {
+			errs[i] = upstreamError(e)
+			continue
+		}
+		errs[i] = resultError(&res[j])
+		j++
+	}
+	if msg := configFailure(sub, addrs, errs); msg != "" {
+		c.out = appendErr(c.out, msg)
+		return
+	}
+	c.out = appendOK(c.out)
+}
+
+// configFailure is the error reply of a CONFIG SUB sent to the nodes of
+// addrs that answered errs ("" for OK): the first refusing node's error as
+// the node wrote it, then the node's address, how many more refused and
+// how many applied it; "" when every node said OK.
+func configFailure(sub string, addrs, errs []string) string {
 	first, refused := -1, 0
-	for i := range res {
-		if resultError(&res[i]) != "" {
+	for i, e := range errs {
+		if e != "" {
 			refused++
 			if first < 0 {
 				first = i
@@ -67,45 +94,40 @@ func (c *conn) configAll(sub string, strs []string) {
 		}
 	}
 	if first < 0 {
-		c.out = appendOK(c.out)
-		return
+		return ""
 	}
-	msg := resultError(&res[first]) + " (hotcount proxy: CONFIG " + sub + " refused by node " + addrs[first]
+	msg := errs[first] + " (hotcount proxy: CONFIG " + sub + " failed on node " + addrs[first]
 	if refused > 1 {
 		msg += " and " + strconv.Itoa(refused-1) + " more"
 	}
-	msg += fmt.Sprintf("; applied on %d of %d nodes)", len(addrs)-refused, len(addrs))
-	c.out = appendErr(c.out, msg)
+	return msg + fmt.Sprintf("; applied on %d of %d nodes)", len(addrs)-refused, len(addrs))
 }
 
-// allNodes returns a client for every node, primaries and replicas,
-// ordered by address (the one node of a standalone upstream), and a
-// function that closes what it opened. The nodes are those CLUSTER NODES
-// lists but for the failed ones and those without an address: CLUSTER
-// SLOTS, which rueidis follows, leaves out a replica that has not synced
-// yet, which a command meant for every node must not miss, so such a node
-// is reached by a connection of its own for this one command.
-func (c *conn) allNodes(ctx context.Context) ([]string, map[string]rueidis.Client, func(), error) {
+// allNodes returns every node, primaries and replicas, ordered by address
+// (the one node of a standalone upstream), a client for each but those it
+// could not connect to (down, with the error), and a function that closes
+// what it opened. The nodes are those CLUSTER NODES lists but for the
+// failed ones and those without an address: CLUSTER SLOTS, which rueidis
+// follows, leaves out a replica that has not synced yet, which a command
+// meant for every node must not miss, so such a node is reached by a
+// connection of its own for this one command.
+func (c *conn) allNodes(ctx context.Context) (addrs []string, nodes map[string]rueidis.Client, down map[string]error, release func(), err error) {
+	release = func() {}
 	if !c.s.cluster {
-		addrs, nodes, err := c.primaries(ctx)
-		return addrs, nodes, func() {}, err
+		addrs, nodes, err = c.primaries(ctx)
+		return addrs, nodes, nil, release, err
 	}
 	up := c.s.upstream(c.proto)
 	text, err := up.Do(ctx, up.B().ClusterNodes().Build()).ToString()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, release, err
 	}
-	addrs := clusterNodeAddrs(text)
-	if len(addrs) == 0 {
-		return nil, nil, nil, errors.New("CLUSTER NODES lists no node")
+	if addrs = clusterNodeAddrs(text); len(addrs) == 0 {
+		return nil, nil, nil, release, errors.New("CLUSTER NODES lists no node")
 	}
-	nodes := up.Nodes()
+	nodes = up.Nodes()
+	down = map[string]error{}
 	var opened []rueidis.Client
-	release := func() {
-		for _, n := range opened {
-			n.Close()
-		}
-	}
 	for _, a := range addrs {
 		if nodes[a] != nil {
 			continue
@@ -116,13 +138,18 @@ func (c *conn) allNodes(ctx context.Context) ([]string, map[string]rueidis.Clien
 		opt.AlwaysRESP2 = c.proto < 3
 		n, err := rueidis.NewClient(opt)
 		if err != nil {
-			release()
-			return nil, nil, nil, fmt.Errorf("node %s: %w", a, err)
+			down[a] = fmt.Errorf("node %s: %w", a, err)
+			continue
 		}
 		opened = append(opened, n)
 		nodes[a] = n
 	}
-	return addrs, nodes, release, nil
+	release = func() {
+		for _, n := range opened {
+			n.Close()
+		}
+	}
+	return addrs, nodes, down, release, nil
 }
 
 // clusterNodeAddrs returns the addresses CLUSTER NODES lists, sorted, but

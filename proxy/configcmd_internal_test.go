@@ -21,3 +21,22 @@ func TestClusterNodeAddrs(t *testing.T) {
 		t.Fatalf("clusterNodeAddrs = %v, want %v", got, want)
 	}
 }
+
+// TestConfigFailure: OK only when every node said OK; otherwise the first
+// refusing node's own error, the node named, and what was applied where.
+func TestConfigFailure(t *testing.T) {
+	addrs := []string{"127.0.0.1:7600", "127.0.0.1:7601", "127.0.0.1:7602"}
+	for _, tc := range []struct {
+		errs []string
+		want string
+	}{
+		{[]string{"", "", ""}, ""},
+		{[]string{"", "ERR bad value", ""}, "ERR bad value (hotcount proxy: CONFIG SET failed on node 127.0.0.1:7601; applied on 2 of 3 nodes)"},
+		{[]string{"", "ERR one", "ERR two"}, "ERR one (hotcount proxy: CONFIG SET failed on node 127.0.0.1:7601 and 1 more; applied on 1 of 3 nodes)"},
+		{[]string{"NOPERM no", "ERR x", "ERR x"}, "NOPERM no (hotcount proxy: CONFIG SET failed on node 127.0.0.1:7600 and 2 more; applied on 0 of 3 nodes)"},
+	} {
+		if got := configFailure("SET", addrs, tc.errs); got != tc.want {
+			t.Errorf("configFailure(%q) = %q, want %q", tc.errs, got, tc.want)
+		}
+	}
+}

@@ -119,7 +119,7 @@ func TestConfigSet(t *testing.T) {
 			t.Fatalf("CONFIG SET of an unknown parameter: %v, want an error reply", err)
 		}
 		msg := err.Error()
-		if !strings.HasPrefix(msg, nodeErr) || !strings.Contains(msg, "refused by node 127.0.0.1:") ||
+		if !strings.HasPrefix(msg, nodeErr) || !strings.Contains(msg, "failed on node 127.0.0.1:") ||
 			!strings.Contains(msg, "applied on 0 of "+strconv.Itoa(len(nodes))+" nodes") {
 			t.Errorf("CONFIG SET of an unknown parameter: %q, want the node's %q, the node named and none applied", msg, nodeErr)
 		}
@@ -131,4 +131,40 @@ func TestConfigSet(t *testing.T) {
 			t.Errorf("CONFIG REWRITE: %v, want refused", err)
 		}
 	})
+}
+
+// TestConfigSetNodeDown: with a replica killed, CONFIG SET through the
+// proxy is not OK, and its error names the node that did not apply it;
+// the nodes that are up applied it.
+func TestConfigSetNodeDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := testenv.StartCluster(ctx, testenv.ClusterOptions{Primaries: 3, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Stop() })
+	e := startProxyOn(t, cl, nil, proxy.Config{AllowConfig: true, Timeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr})
+	defer rdb.Close()
+	if err := rdb.ConfigSet(ctx, "slowlog-max-len", "200").Err(); err != nil {
+		t.Fatalf("CONFIG SET with every node up: %v", err)
+	}
+	victim := cl.Nodes()[len(cl.Nodes())-1] // a replica
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err = rdb.ConfigSet(ctx, "slowlog-max-len", "300").Err()
+	if err == nil || !strings.Contains(err.Error(), "failed on node "+victim.Addr+";") ||
+		!strings.Contains(err.Error(), "applied on 5 of 6 nodes") {
+		t.Fatalf("CONFIG SET with %s down: %v, want an error naming it, the other 5 applied", victim.Addr, err)
+	}
+	for _, n := range cl.Nodes() {
+		if n == victim {
+			continue
+		}
+		if out, err := testenv.Do(ctx, n.Addr, "CONFIG", "GET", "slowlog-max-len"); err != nil || out != "slowlog-max-len\n300" {
+			t.Errorf("slowlog-max-len on %s: %q %v, want 300", n.Addr, out, err)
+		}
+	}
 }
