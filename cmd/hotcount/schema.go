@@ -255,7 +255,7 @@ type nsField struct {
 
 // nsFields are the fields of a namespace in the file.
 var nsFields = []nsField{
-	{"prefix", "string", "required, unique: the keys the namespace holds; the longest match wins", cmdBoth, "Prefix"},
+	{"prefix", "string", "required, unique: the keys the namespace holds; the longest match wins (no braces or control characters, as in a key)", cmdBoth, "Prefix"},
 	{"mode", "fast or durable", "durability mode (default: mode)", cmdBoth, "Mode"},
 	{"n", "int", "sub-counters of a hot counter (default: n)", cmdBoth, "N"},
 	{"buffered", "bool", "buffer increments in the process, flushed every flush_interval (not inherited; default false)", cmdBoth, "Buffered"},

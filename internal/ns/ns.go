@@ -46,8 +46,11 @@ var ErrInvalid = errors.New("invalid namespace")
 // Namespace holds the settings of the counters whose keys start with
 // Prefix. Zero fields take the defaults of the Table (see New).
 type Namespace struct {
-	// Prefix selects keys; it must be non-empty and unique among the
-	// namespaces. The defaults (the keys no namespace matches) have none.
+	// Prefix selects keys; it must be non-empty, unique among the
+	// namespaces, and itself a valid key (no braces, no control
+	// characters, valid UTF-8, at most keyspace.MaxKeyLen bytes): a
+	// prefix that is not could match no counter key. The defaults (the
+	// keys no namespace matches) have none.
 	Prefix string
 	// N is the number of sub-counters of a counter; 0 inherits.
 	N int
@@ -109,6 +112,9 @@ func New(def Namespace, list []Namespace) (*Table, error) {
 			return bad("a namespace has an empty prefix")
 		case seen[n.Prefix]:
 			return bad("prefix %q appears twice", n.Prefix)
+		}
+		if err := keyspace.Validate(n.Prefix); err != nil {
+			return nil, fmt.Errorf("%w: namespace %q: the prefix can match no counter key: %w", ErrInvalid, n.Prefix, err)
 		}
 		if err := check(n, fmt.Sprintf("namespace %q", n.Prefix)); err != nil {
 			return nil, err
