@@ -537,54 +537,62 @@ func TestRegionsExpiry(t *testing.T) {
 		hasDeadline(t, "us", key, at)
 		return at
 	}
-	t.Run("expire", func(t *testing.T) {
-		key := "exp:a"
-		at := expiring(t, key, 10, 20)
-		untilPast(at)
-		// Gone in both, us's copy of eu's part included, at once.
-		reads(t, "us", key, 0)
-		reads(t, "eu", key, 0)
-		converge(t, key, 0, clients)
-		// Increments after the deadline start a new counter, without it.
-		incr(t, "us", key, 5)
-		converge(t, key, 5, clients)
-		if d, _, err := clients["eu"].Deadline(ctx, key); err != nil || !d.IsZero() {
-			t.Fatalf("eu's deadline of the new %s = %v, %v; want none", key, d, err)
-		}
-	})
-	t.Run("persist", func(t *testing.T) {
-		key := "exp:p"
-		at := expiring(t, key, 1, 2)
-		// A Persist in the other region removes the deadline everywhere.
-		if had, err := clients["us"].Persist(ctx, key); err != nil || !had {
-			t.Fatalf("us Persist = %v, %v; want true", had, err)
-		}
-		waitFor(t, "eu's part of "+key+" loses its deadline", func() (bool, string) {
-			d, ok, err := clients["eu"].Deadline(ctx, key)
-			return err == nil && ok && d.IsZero(), fmt.Sprintf("deadline %v, exists %v, %v", d, ok, err)
+	// The connected cases, on keys of their own, wait out their deadlines
+	// side by side; the partition cases cut links all share, one at a
+	// time after them.
+	t.Run("connected", func(t *testing.T) {
+		t.Run("expire", func(t *testing.T) {
+			t.Parallel()
+			key := "exp:a"
+			at := expiring(t, key, 10, 20)
+			untilPast(at)
+			// Gone in both, us's copy of eu's part included, at once.
+			reads(t, "us", key, 0)
+			reads(t, "eu", key, 0)
+			converge(t, key, 0, clients)
+			// Increments after the deadline start a new counter, without it.
+			incr(t, "us", key, 5)
+			converge(t, key, 5, clients)
+			if d, _, err := clients["eu"].Deadline(ctx, key); err != nil || !d.IsZero() {
+				t.Fatalf("eu's deadline of the new %s = %v, %v; want none", key, d, err)
+			}
 		})
-		untilPast(at)
-		converge(t, key, 3, clients)
-		if had, err := clients["eu"].Persist(ctx, key); err != nil || had {
-			t.Fatalf("eu Persist of a counter without a deadline = %v, %v; want false", had, err)
-		}
-	})
-	t.Run("namespace ttl", func(t *testing.T) {
-		key := "ttl:a"
-		incr(t, "eu", key, 1)
-		time.Sleep(500 * time.Millisecond)
-		incr(t, "us", key, 2)
-		at, ok, err := clients["eu"].Deadline(ctx, key)
-		if err != nil || !ok || at.IsZero() {
-			t.Fatalf("eu's deadline of %s = %v, %v, %v; want the ttl's", key, at, ok, err)
-		}
-		// The counter expires ttl after its first write in any region.
-		hasDeadline(t, "us", key, at)
-		converge(t, key, 3, clients)
-		untilPast(at)
-		reads(t, "us", key, 0)
-		reads(t, "eu", key, 0)
-		converge(t, key, 0, clients)
+		t.Run("persist", func(t *testing.T) {
+			t.Parallel()
+			key := "exp:p"
+			at := expiring(t, key, 1, 2)
+			// A Persist in the other region removes the deadline everywhere.
+			if had, err := clients["us"].Persist(ctx, key); err != nil || !had {
+				t.Fatalf("us Persist = %v, %v; want true", had, err)
+			}
+			waitFor(t, "eu's part of "+key+" loses its deadline", func() (bool, string) {
+				d, ok, err := clients["eu"].Deadline(ctx, key)
+				return err == nil && ok && d.IsZero(), fmt.Sprintf("deadline %v, exists %v, %v", d, ok, err)
+			})
+			untilPast(at)
+			converge(t, key, 3, clients)
+			if had, err := clients["eu"].Persist(ctx, key); err != nil || had {
+				t.Fatalf("eu Persist of a counter without a deadline = %v, %v; want false", had, err)
+			}
+		})
+		t.Run("namespace ttl", func(t *testing.T) {
+			t.Parallel()
+			key := "ttl:a"
+			incr(t, "eu", key, 1)
+			time.Sleep(500 * time.Millisecond)
+			incr(t, "us", key, 2)
+			at, ok, err := clients["eu"].Deadline(ctx, key)
+			if err != nil || !ok || at.IsZero() {
+				t.Fatalf("eu's deadline of %s = %v, %v, %v; want the ttl's", key, at, ok, err)
+			}
+			// The counter expires ttl after its first write in any region.
+			hasDeadline(t, "us", key, at)
+			converge(t, key, 3, clients)
+			untilPast(at)
+			reads(t, "us", key, 0)
+			reads(t, "eu", key, 0)
+			converge(t, key, 0, clients)
+		})
 	})
 	t.Run("deadline passes during a partition", func(t *testing.T) {
 		key := "exp:b"
