@@ -92,8 +92,9 @@
 //
 // A hold step follows the ramp and sets the ceiling: it offers what the
 // runs will offer, RateCeilings times the plateau (without RateCeilings,
-// the offer of the step that achieved the most), for as long as a run's
-// window (at least Calibrate), and the ceiling is what it achieved. A
+// the offer of the step that achieved the most), but at least twice the
+// plateau, for as long as a run's window (at least Calibrate), and the
+// ceiling is what it achieved (at least the plateau, when it kept up). A
 // ramp step is ten CFS periods of a node capped at 1%, and a capped node
 // took more from the ramp's offers of 64,000/s and up than from a run's
 // 3x, so a ceiling from the ramp alone sat above what single then took

@@ -353,11 +353,12 @@ func TestRunCalibratedSweep(t *testing.T) {
 	if c.Latency.Samples == 0 || c.NodeWritesPerSec <= 0 || c.NodeCPU <= 0 {
 		t.Errorf("calibration lacks figures: %+v", c)
 	}
-	// The last step holds the runs' offer, half the ramp's plateau, for at
-	// least Calibrate, and sets the ceiling.
+	// The last step holds twice the ramp's plateau (the runs' offer, half
+	// of it, would not find the node's limit) for at least Calibrate, and
+	// sets the ceiling.
 	ramp, hold := c.Steps[:len(c.Steps)-1], c.Steps[len(c.Steps)-1]
 	best := ceilingStep(ramp)
-	if !hold.Hold || hold.OfferedPerSec != math.Round(0.5*plateau(ramp, best)) || hold.Seconds < 0.5 || c.IncrPerSec != hold.AchievedPerSec || slices.ContainsFunc(ramp, func(st CalibrationStep) bool { return st.Hold }) {
+	if !hold.Hold || hold.OfferedPerSec != math.Round(2*plateau(ramp, best)) || hold.Seconds < 0.5 || c.IncrPerSec != ceiling(c.Steps, best) || slices.ContainsFunc(ramp, func(st CalibrationStep) bool { return st.Hold }) {
 		t.Errorf("hold %+v, ceiling %v, steps %+v", hold, c.IncrPerSec, c.Steps)
 	}
 	if want := math.Round(0.5 * c.IncrPerSec); rep.OfferedPerSec != want {

@@ -194,25 +194,39 @@ func plateau(steps []CalibrationStep, best int) float64 {
 // holdRate returns the rate the hold step offers: the runs' own offer,
 // rateCeilings times the ramp's plateau, when they are offered a multiple
 // of the ceiling, else the offer of the step that achieved the most (best);
-// 0 when there is no such step.
+// at least calHoldMin times the plateau, so that the node, not the offer,
+// is the limit (runs offered half the ceiling would otherwise calibrate at
+// half of it); 0 when there is no such step.
 func holdRate(steps []CalibrationStep, best int, rateCeilings float64) float64 {
-	switch {
-	case best < 0:
+	if best < 0 {
 		return 0
-	case rateCeilings > 0:
-		return math.Round(rateCeilings * plateau(steps, best))
 	}
-	return steps[best].OfferedPerSec
+	p := plateau(steps, best)
+	rate := steps[best].OfferedPerSec
+	if rateCeilings > 0 {
+		rate = rateCeilings * p
+	}
+	return math.Round(max(rate, calHoldMin*p))
 }
+
+// calHoldMin is the least multiple of the ramp's plateau that the hold
+// step offers.
+const calHoldMin = 2.0
 
 // ceiling returns the calibrated ceiling of steps whose best step is best:
 // the hold step's achieved rate when the last step is one, else the
-// plateau.
+// plateau. A hold that kept up did not find the node's limit, so its
+// ceiling is at least the plateau.
 func ceiling(steps []CalibrationStep, best int) float64 {
-	if n := len(steps); n > 0 && steps[n-1].Hold && steps[n-1].AchievedPerSec > 0 {
-		return steps[n-1].AchievedPerSec
+	n := len(steps)
+	if n == 0 || !steps[n-1].Hold || steps[n-1].AchievedPerSec <= 0 {
+		return plateau(steps, best)
 	}
-	return plateau(steps, best)
+	hold := steps[n-1]
+	if hold.KeptUp {
+		return max(hold.AchievedPerSec, plateau(steps[:n-1], best))
+	}
+	return hold.AchievedPerSec
 }
 
 // calibrationKeyOn returns the key the calibration drives: base, or base

@@ -168,6 +168,15 @@ func TestCalibrationHold(t *testing.T) {
 	if got := holdRate(steps, 1, 0); got != 64000 {
 		t.Errorf("hold rate without a multiple: %v, want the best step's 64000", got)
 	}
+	// Runs offered less than twice the ceiling: the hold offers twice the
+	// plateau all the same, so that the node is the limit, not the offer.
+	if got := holdRate(steps, 1, 0.5); got != 18000 {
+		t.Errorf("hold rate at 0.5x: %v, want twice the plateau, 18000", got)
+	}
+	low := []CalibrationStep{{OfferedPerSec: 1000, AchievedPerSec: 1000}, {OfferedPerSec: 2000, AchievedPerSec: 1500}}
+	if got := holdRate(low, 1, 0); got != 3000 {
+		t.Errorf("hold rate after a best step offered less than twice its plateau: %v, want 3000", got)
+	}
 	if got := holdRate(nil, -1, 3); got != 0 {
 		t.Errorf("hold rate without steps: %v", got)
 	}
@@ -177,6 +186,16 @@ func TestCalibrationHold(t *testing.T) {
 	held := append(steps, CalibrationStep{OfferedPerSec: 27000, AchievedPerSec: 7000, Seconds: 6, Hold: true})
 	if got := ceiling(held, 1); got != 7000 {
 		t.Errorf("ceiling with a hold: %v, want its 7000", got)
+	}
+	// A hold that kept up did not find the node's limit: the ceiling is at
+	// least the plateau.
+	kept := append(steps, CalibrationStep{OfferedPerSec: 18000, AchievedPerSec: 8000, Seconds: 6, Hold: true, KeptUp: true})
+	if got := ceiling(kept, 1); got != 9000 {
+		t.Errorf("ceiling with a hold that kept up below the plateau: %v, want the plateau 9000", got)
+	}
+	kept[len(kept)-1].AchievedPerSec = 17500
+	if got := ceiling(kept, 1); got != 17500 {
+		t.Errorf("ceiling with a hold that kept up above the plateau: %v, want its 17500", got)
 	}
 	failed := append(steps, CalibrationStep{OfferedPerSec: 27000, Hold: true})
 	if got := ceiling(failed, 1); got != 9000 {
