@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -341,8 +340,8 @@ func (c *conn) unblockClient(args [][]byte) {
 			return
 		}
 	}
-	id, err := strconv.ParseInt(string(args[2]), 10, 64)
-	if err != nil {
+	id, ok := string2ll(args[2])
+	if !ok {
 		c.out = appendErr(c.out, "ERR value is not an integer or out of range")
 		return
 	}

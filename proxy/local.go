@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -47,9 +46,9 @@ func (c *conn) selectDB(args [][]byte) {
 		c.out = appendErr(c.out, wrongArity("select"))
 		return
 	}
-	n, err := strconv.ParseInt(string(args[1]), 10, 64)
+	n, ok := string2ll(args[1])
 	switch {
-	case err != nil:
+	case !ok:
 		c.out = appendErr(c.out, "ERR value is not an integer or out of range")
 	case n != 0:
 		c.out = appendErr(c.out, "ERR DB index is out of range")
@@ -108,8 +107,8 @@ func (c *conn) hello(args [][]byte) {
 	ver := c.proto
 	next := 1
 	if len(args) >= 2 {
-		v, err := strconv.ParseInt(string(args[1]), 10, 64)
-		if err != nil {
+		v, ok := string2ll(args[1])
+		if !ok {
 			c.out = appendErr(c.out, "ERR Protocol version is not an integer or out of range")
 			return
 		}

@@ -69,6 +69,9 @@ func TestProtocolAsRedis(t *testing.T) {
 		{"too big bulk count", "*1\r\n$" + strings.Repeat("1", 70000)},
 		{"wrong arity", "PING x y z\r\n"},
 		{"empty command name", "*1\r\n$0\r\n\r\n"},
+		{"SELECT +0", "SELECT +0\r\nSELECT 00\r\nSELECT -0\r\nSELECT 0\r\n"},
+		{"HELLO +3", "HELLO +3\r\nHELLO 03\r\n"},
+		{"CLIENT UNBLOCK +1", "CLIENT UNBLOCK +1\r\nCLIENT UNBLOCK 01\r\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
