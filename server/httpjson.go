@@ -352,7 +352,8 @@ func bodyError(err error, limit int64) error {
 	}
 }
 
-// validID checks an idempotency id: 1 to 256 bytes of printable ASCII.
+// validID checks an idempotency id: 1 to 256 bytes of printable ASCII
+// without spaces (0x21-0x7e).
 func validID(id string) error {
 	if id == "" || len(id) > 256 {
 		return badRequest("id must be 1 to 256 bytes, got %d", len(id))
