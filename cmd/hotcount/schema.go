@@ -680,7 +680,9 @@ environment variable ` + "`HOTCOUNT_NAME`" + ` (upper case) and the flag ` + "`-
 with dashes for underscores (` + "`token_file`" + `: ` + "`--token-file`" + `,
 ` + "`HOTCOUNT_TOKEN_FILE`" + `). The settings of automatic N sit under ` + "`auto_n`" + `
 in the file (` + "`auto_n: {budget: 20000}`" + `) and are named with ` + "`auto_n_`" + `
-elsewhere (` + "`--auto-n-budget`" + `, ` + "`HOTCOUNT_AUTO_N_BUDGET`" + `). Only the file can
+elsewhere (` + "`--auto-n-budget`" + `, ` + "`HOTCOUNT_AUTO_N_BUDGET`" + `). A number, byte
+count or duration set to 0 takes its default, as if it were left out
+(` + "`--timeout 0`" + ` is 2s, not no bound), except ` + "`resp_procs`" + ` (0: every CPU). Only the file can
 list namespaces and scoped tokens (they are lists of records); each of
 their fields is below.
 
