@@ -524,6 +524,12 @@ func (c *serveConfig) Validate() error {
 			return bad(setPostgres, "want a URL like postgres://user@host:5432/db")
 		}
 	}
+	if c.Data != "" {
+		// A folder that exists must be one: the store is created in it.
+		if fi, err := os.Stat(c.Data); err == nil && !fi.IsDir() {
+			return bad(setData, "%q is not a folder (the durable store is created in it)", c.Data)
+		}
+	}
 	if err := checkChoices(c, bad); err != nil {
 		return err
 	}

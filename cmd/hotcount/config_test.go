@@ -111,6 +111,7 @@ func TestInvalid(t *testing.T) {
 		{"not YAML", nil, nil, "listen: [\n", "hotcount.yaml"},
 		{"two documents", nil, nil, "mode: fast\n---\nmode: durable\n", "more than one"},
 		{"missing file", map[string]string{"config": "/nonexistent/hc.yaml"}, nil, "", "nonexistent"},
+		{"data is a file", map[string]string{"data": "config_test.go"}, nil, "", `data (from flag --data): "config_test.go" is not a folder`},
 		{"unknown flag name", map[string]string{"port": "1"}, nil, "", "unknown setting"},
 		{"tls_key alone", map[string]string{"tls_key": "/x.pem"}, nil, "", "tls_key (from flag --tls-key): needs tls_cert"},
 		{"tls_cert alone", nil, map[string]string{"HOTCOUNT_TLS_CERT": "/x.pem"}, "", "tls_cert (from env HOTCOUNT_TLS_CERT): needs tls_key"},
