@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount"
@@ -258,5 +260,28 @@ func proxyAdmin(srv *proxy.Server, hc *hotcount.Client, cfg serveConfig, logger 
 	}
 	// A path no route serves, or a method its routes do not take (the
 	// routes that write among them), is answered in JSON as serve answers.
-	return proxy.JSONErrors(mux), nil
+	h := proxy.JSONErrors(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if unclean(r.URL.Path) {
+			// The mux would redirect such a path to its cleaned form,
+			// which may name another counter (/v1/counters/a/../b);
+			// serve refuses it with 400 before routing anything.
+			dash.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}), nil
+}
+
+// unclean reports whether an http.ServeMux would redirect a request for
+// p elsewhere: p has an empty, "." or ".." segment.
+func unclean(p string) bool {
+	if p == "" || p[0] != '/' {
+		return true
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np != p
 }

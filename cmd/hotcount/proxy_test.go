@@ -368,6 +368,9 @@ func TestProxyAdminDashboard(t *testing.T) {
 		{"POST", "/v1/counters/likes:post:42/incr", 404, ""}, {"DELETE", "/v1/counters/likes:post:42", 405, "GET, HEAD"},
 		{"PUT", "/v1/counters/likes:post:42/shards", 405, "GET, HEAD"}, {"PUT", "/v1/counters/likes:post:42/ttl", 404, ""},
 		{"POST", "/v1/nodes", 405, "GET, HEAD"}, {"GET", "/v1/nope", 404, ""},
+		// A path the mux would redirect to another (another counter) is
+		// refused, as serve refuses it.
+		{"GET", "/v1/counters/likes:post:42/../likes:post:1", 400, ""}, {"GET", "//v1/nodes", 400, ""},
 	} {
 		req, _ := http.NewRequest(w.method, admin+w.path, strings.NewReader(`{"by":1,"n":4,"ttl_ms":1000}`))
 		req.Header.Set("Content-Type", "application/json")
