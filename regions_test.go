@@ -189,6 +189,7 @@ func startRegionLoad(c *hotcount.Client, key string, workers int, stop <-chan st
 // the heal, both read the global total of every acknowledged increment,
 // for an unbuffered and a buffered counter.
 func TestRegionsPartitionHeal(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", nil), "us": w.client(t, "us", nil)}
 	for _, key := range []string{"likes:1", "buf:likes:1"} {
@@ -246,6 +247,7 @@ func TestRegionsPartitionHeal(t *testing.T) {
 // while cut off from us: what eu had received from us goes, and what us
 // counted meanwhile survives, in both regions.
 func TestRegionsClearDuringPartition(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", nil), "us": w.client(t, "us", nil)}
 	ctx := context.Background()
@@ -345,6 +347,7 @@ func durableRegion(t *testing.T, heal time.Duration) func(*hotcount.Config) {
 // own part back from its durable store (durable mode, as in one region)
 // and the peer's part back from the peer, with no manual step.
 func TestRegionsCacheEmptied(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	durableCfg := durableRegion(t, 200*time.Millisecond)
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
@@ -389,6 +392,7 @@ func TestRegionsCacheEmptied(t *testing.T) {
 // checkpoint (what came after is lost, as in one region) and ships the
 // restored total again, so that both regions read the same value.
 func TestRegionsOriginCacheEmptied(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	withStore := func(cfg *hotcount.Config) {
 		db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
@@ -491,6 +495,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 // during a partition (observed-remove: what the other side counted that
 // the expiring region had not received survives).
 func TestRegionsExpiry(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	ttl := func(cfg *hotcount.Config) {
 		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "ttl:", TTL: 5 * time.Second})
@@ -646,6 +651,7 @@ func TestRegionsExpiry(t *testing.T) {
 // again afterwards counts from zero in every region, and one that lives
 // on keeps its records.
 func TestRegionsCollect(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	dbs := map[string]*sqlite.DB{}
 	withStore := func(name string) func(*hotcount.Config) {
@@ -771,6 +777,7 @@ func TestRegionsCollect(t *testing.T) {
 // the ended counter left when the expiry runs), and its next increments
 // count from zero.
 func TestRegionsExpiryDurable(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
 	w := newWorld(t, "eu", "us")
 	durableCfg := durableRegion(t, 0)
 	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableCfg), "us": w.client(t, "us", durableCfg)}
