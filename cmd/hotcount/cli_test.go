@@ -122,6 +122,12 @@ func TestCLIConventions(t *testing.T) {
 	if code, out, _ := runCLI("help"); code != exitOK || !strings.Contains(out, "Examples:") || !strings.Contains(out, "HOTCOUNT_CLIENT_TOKEN") {
 		t.Errorf("help: exit %d, stdout %q", code, out)
 	}
+	// docs/cli.md lists help as a command: help on it is the same help.
+	for _, h := range []string{"help", "--help", "-h"} {
+		if code, out, errOut := runCLI("help", h); code != exitOK || !strings.Contains(out, "Examples:") || errOut != "" {
+			t.Errorf("help %s: exit %d, stdout %q, stderr %q", h, code, out, errOut)
+		}
+	}
 }
 
 // flagHelpLine is the line of help that names a flag.

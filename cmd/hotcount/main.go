@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
+		if len(args) > 1 && !isHelp(args[1]) {
 			if c, ok := commands[args[1]]; ok {
 				// "help bench longtail", "help cluster up": the words
 				// after the command name its subcommand.
@@ -92,6 +92,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+// isHelp reports whether word asks for help: "help" or its flags.
+func isHelp(word string) bool {
+	switch word {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func printHelp(w io.Writer) {
