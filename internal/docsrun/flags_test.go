@@ -62,8 +62,8 @@ var (
 // span: scripts/redis-suite's, Redis's Tcl suite's, podman's,
 // redis-benchmark's.
 var otherFlags = map[string]bool{
-	"tests": true, "keep": true, // scripts/redis-suite
-	"host": true, "port": true, "singledb": true, "durable": true, // Redis's test_helper.tcl
+	"tests": true, "keep": true, "skip": true, // scripts/redis-suite
+	"host": true, "port": true, "singledb": true, "durable": true, "skiptest": true, // Redis's test_helper.tcl
 	"runtime": true, "cgroup-manager": true, // podman
 	"user": true, "tls": true, "cacert": true, "cert": true, "sni": true, // redis-benchmark
 	"version": true, "help": true,
