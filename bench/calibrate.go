@@ -93,7 +93,7 @@ type CalibrationStep struct {
 // drew 7,494, 7,799 and 6,398/s where 27,000/s drew 6,392, 7,280 and
 // 5,166/s. With the ramp's plateau as the ceiling, single at 3x took 0.57
 // to 1.25 of it in 32 runs (0.87 on average); with the hold's, 0.77 to
-// 1.24 in 12 (1.04 on average).
+// 1.38 in 16 (1.06 on average, 15 within 25%).
 const (
 	calStartRate = 1000.0
 	calGrowth    = 2.0
