@@ -167,24 +167,16 @@ func ceilingStep(steps []CalibrationStep) int {
 	return best
 }
 
-// plateau returns the ceiling: the mean of what the step that achieved the
-// most (best) and every step after it achieved, each weighted by its
-// Seconds (steps of unknown length weigh alike). The ramp ends with steps
-// past the node's ceiling, and the hold step is one too, so these are the
-// node's rate under a backlog, and their mean is less lifted by one lucky
-// step than their maximum.
+// plateau returns the ramp's plateau: the mean of what the step that
+// achieved the most (best) and every step after it achieved. The ramp
+// ends with steps past the node's ceiling, so these are the node's rate
+// under a backlog, and their mean is less lifted by one lucky step than
+// their maximum. The hold step is not one of them (see ceiling).
 func plateau(steps []CalibrationStep, best int) float64 {
 	if best < 0 {
 		return 0
 	}
-	var sum, secs float64
-	for _, st := range steps[best:] {
-		sum += st.AchievedPerSec * st.Seconds
-		secs += st.Seconds
-	}
-	if secs > 0 {
-		return sum / secs
-	}
+	var sum float64
 	for _, st := range steps[best:] {
 		sum += st.AchievedPerSec
 	}
@@ -219,12 +211,15 @@ const calHoldMin = 2.0
 // ceiling is at least the plateau.
 func ceiling(steps []CalibrationStep, best int) float64 {
 	n := len(steps)
-	if n == 0 || !steps[n-1].Hold || steps[n-1].AchievedPerSec <= 0 {
+	if n == 0 || !steps[n-1].Hold {
 		return plateau(steps, best)
 	}
-	hold := steps[n-1]
-	if hold.KeptUp {
-		return max(hold.AchievedPerSec, plateau(steps[:n-1], best))
+	hold, ramp := steps[n-1], plateau(steps[:n-1], best)
+	switch {
+	case hold.AchievedPerSec <= 0:
+		return ramp
+	case hold.KeptUp:
+		return max(hold.AchievedPerSec, ramp)
 	}
 	return hold.AchievedPerSec
 }

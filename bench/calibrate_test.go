@@ -143,15 +143,6 @@ func TestCalibrationPlateau(t *testing.T) {
 	}
 }
 
-// TestCalibrationPlateauWeighsSeconds: steps of known length weigh by it,
-// so a hold of 6 s outweighs a ramp step of 1 s.
-func TestCalibrationPlateauWeighsSeconds(t *testing.T) {
-	steps := []CalibrationStep{{AchievedPerSec: 900, Seconds: 1}, {AchievedPerSec: 12000, Seconds: 1}, {AchievedPerSec: 6000, Seconds: 6}}
-	if got, want := plateau(steps, 1), (12000.0+6*6000)/7; got != want {
-		t.Errorf("plateau %v, want %v", got, want)
-	}
-}
-
 // TestCalibrationHold: the hold step offers the runs' own offer (the
 // multiple of the ramp's plateau) when they are offered one, else the
 // best step's offer; the ceiling is the hold's achieved rate, or the
