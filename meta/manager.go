@@ -86,7 +86,26 @@ func (m *Manager) Labels(ctx context.Context, key string) (write, read []string,
 		return nil, nil, err
 	}
 	mt := v.(Meta)
+	if e := m.newer(key, mt); e != nil {
+		return e.m.Write, e.readAll, nil
+	}
 	return mt.Write, m.withCold(mt.Read), nil
+}
+
+// newer returns the cached entry of key when it holds a later version of
+// mt's record (the same Gen, a higher epoch), or nil. A look-up that
+// joined another's may get a record read before a change this process
+// made since: a Resize that returned must show in the next Labels.
+func (m *Manager) newer(key string, mt Meta) *entry {
+	v, ok := m.cache.Load(key)
+	if !ok {
+		return nil
+	}
+	e := v.(*entry)
+	if e.pinned && mt.Gen != "" && e.m.Gen == mt.Gen && e.m.Epoch > mt.Epoch {
+		return e
+	}
+	return nil
 }
 
 // Cached returns key's write labels, their sub-keys and slots, when the
