@@ -118,14 +118,28 @@ func (c *conn) allNodes(ctx context.Context) (addrs []string, nodes map[string]r
 		return addrs, nodes, nil, release, err
 	}
 	up := c.s.upstream(c.proto)
-	text, err := up.Do(ctx, up.B().ClusterNodes().Build()).ToString()
+	nodes = up.Nodes()
+	// CLUSTER NODES from the first node that answers: the cluster client
+	// sends it to any one node, which may be the one that is down.
+	known := make([]string, 0, len(nodes))
+	for a := range nodes {
+		known = append(known, a)
+	}
+	sort.Strings(known)
+	var text string
+	err = errors.New("no node is known")
+	for _, a := range known {
+		n := nodes[a]
+		if text, err = n.Do(ctx, n.B().ClusterNodes().Build()).ToString(); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, nil, release, err
 	}
 	if addrs = clusterNodeAddrs(text); len(addrs) == 0 {
 		return nil, nil, nil, release, errors.New("CLUSTER NODES lists no node")
 	}
-	nodes = up.Nodes()
 	down = map[string]error{}
 	var opened []rueidis.Client
 	for _, a := range addrs {
