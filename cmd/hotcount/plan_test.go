@@ -30,6 +30,10 @@ func TestPlanUsage(t *testing.T) {
 		{"bad headroom", []string{"plan", "--rate", "1", "--node-capacity", "10", "--nodes", "3", "--headroom", "0.5"}, "headroom"},
 		{"positional", []string{"plan", "--rate", "1", "--node-capacity", "10", "--nodes", "3", "extra"}, "unexpected argument"},
 		{"unknown flag", []string{"plan", "--bogus"}, "not defined"},
+		// --flush sizes buffering, which is evaluated only with --procs:
+		// alone it was ignored.
+		{"flush without procs", []string{"plan", "--rate", "40000", "--node-capacity", "10000", "--nodes", "20", "--flush", "200ms"}, "--flush needs --procs"},
+		{"flush with procs 0", []string{"plan", "--rate", "40000", "--node-capacity", "10000", "--nodes", "20", "--procs", "0", "--flush", "200ms"}, "--flush needs --procs"},
 	}
 	for _, c := range cases {
 		code, out, errs := runHC(c.args...)
