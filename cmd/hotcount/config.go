@@ -432,6 +432,11 @@ func (c *serveConfig) applyDefaults() {
 	}
 }
 
+// minRESPMaxBulkLen is the smallest resp_max_bulk_len, Redis's floor for
+// proto-max-bulk-len: below it the proxy would refuse ordinary commands
+// (a key or a value longer than the limit).
+const minRESPMaxBulkLen = 1 << 20
+
 // checkRESPBounds checks that the proxy's input bounds, with the proxy's
 // defaults for those left at 0, nest as proxy.Config requires: a bulk
 // argument fits one connection's buffer, which fits the budget of all of
@@ -492,6 +497,9 @@ func (c *serveConfig) Validate() error {
 		if v < 0 {
 			return bad(name, "want a number of bytes (0: the default), got %d", v)
 		}
+	}
+	if c.RESPMaxBulkLen != 0 && c.RESPMaxBulkLen < minRESPMaxBulkLen {
+		return bad(setRESPMaxBulk, "must be at least 1 MiB (%d), got %d (0: the default)", minRESPMaxBulkLen, c.RESPMaxBulkLen)
 	}
 	if err := c.checkRESPBounds(bad); err != nil {
 		return err

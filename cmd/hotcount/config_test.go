@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,12 +220,12 @@ func TestProxyInputBoundsNest(t *testing.T) {
 		want  string // the setting blamed, "" for none
 	}{
 		{map[string]string{setRESPQueryBuf: "10"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at least resp_max_bulk_len (67108864)"},
-		{map[string]string{setRESPQueryBuf: "1000", setRESPMaxBulk: "1001"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at least resp_max_bulk_len (1001)"},
+		{map[string]string{setRESPQueryBuf: "1048576", setRESPMaxBulk: "1048577"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at least resp_max_bulk_len (1048577)"},
 		{map[string]string{setRESPBudget: "1000"}, "resp_memory_budget (from flag --resp-memory-budget): must be at least resp_query_buffer_limit (134217728)"},
 		{map[string]string{setRESPMaxBulk: "4294967296", setRESPBudget: "8589934592"}, "resp_max_bulk_len (from flag --resp-max-bulk-len): must be at most resp_query_buffer_limit (2147549183)"},
 		{map[string]string{setRESPMaxBulk: "1073741824"}, "resp_max_bulk_len (from flag --resp-max-bulk-len): makes the default resp_query_buffer_limit 1073807360"},
 		{map[string]string{setRESPQueryBuf: "2000000000"}, "resp_query_buffer_limit (from flag --resp-query-buffer-limit): must be at most resp_memory_budget (1073741824)"},
-		{map[string]string{setRESPQueryBuf: "1000", setRESPMaxBulk: "1000", setRESPBudget: "1000"}, ""},
+		{map[string]string{setRESPQueryBuf: "1048576", setRESPMaxBulk: "1048576", setRESPBudget: "1048576"}, ""},
 		{map[string]string{setRESPMaxBulk: "200000000"}, ""}, // the buffer's default grows with it
 		{map[string]string{}, ""},
 	} {
@@ -238,6 +239,42 @@ func TestProxyInputBoundsNest(t *testing.T) {
 			t.Errorf("%v: %v, want no error", tc.flags, err)
 		case tc.want != "" && (!errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v: %v, want an invalid configuration naming %q", tc.flags, err, tc.want)
+		}
+	}
+}
+
+// TestRESPMaxBulkLenFloor: resp_max_bulk_len below 1 MiB (Redis refuses a
+// proto-max-bulk-len below 1mb) made the proxy refuse every command with
+// an argument longer than it; it is an invalid configuration from every
+// source, naming the source. 0 still takes the default.
+func TestRESPMaxBulkLenFloor(t *testing.T) {
+	const want = "resp_max_bulk_len (from %s): must be at least 1 MiB (1048576), got %s"
+	for _, v := range []string{"1", "1048575"} {
+		for _, src := range []struct {
+			name        string
+			flags, vars map[string]string
+		}{
+			{"flag --resp-max-bulk-len", map[string]string{setRESPMaxBulk: v}, nil},
+			{"env HOTCOUNT_RESP_MAX_BULK_LEN", nil, map[string]string{"HOTCOUNT_RESP_MAX_BULK_LEN": v}},
+			{"file", map[string]string{setFile: writeFile(t, "resp_max_bulk_len: "+v+"\n")}, nil},
+		} {
+			flags := map[string]string{setRedis: "127.0.0.1:1"}
+			for k, x := range src.flags {
+				flags[k] = x
+			}
+			_, err := loadConfigFor(cmdProxy, flags, env(src.vars))
+			w := fmt.Sprintf(want, src.name, v)
+			if src.name == "file" {
+				w = fmt.Sprintf(want, "file "+flags[setFile], v)
+			}
+			if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %s: %v, want an invalid configuration containing %q", src.name, v, err, w)
+			}
+		}
+	}
+	for _, v := range []string{"0", "1048576"} {
+		if _, err := loadConfigFor(cmdProxy, map[string]string{setRedis: "127.0.0.1:1", setRESPMaxBulk: v}, env(nil)); err != nil {
+			t.Errorf("resp_max_bulk_len %s: %v, want no error", v, err)
 		}
 	}
 }

@@ -39,6 +39,8 @@ func TestProxyUsage(t *testing.T) {
 		{"bad resp listen", []string{"--redis", "127.0.0.1:1", "--resp-listen", "nowhere"}, "resp_listen (from flag --resp-listen)"},
 		{"bad admin listen", []string{"--redis", "127.0.0.1:1", "--admin-listen", "on"}, "admin_listen"},
 		{"bad reply", []string{"--redis", "127.0.0.1:1", "--config", badReply}, "reply must be estimate or exact"},
+		// A bulk limit of a few bytes refuses every real command.
+		{"tiny max bulk", []string{"--redis", "127.0.0.1:1", "--resp-max-bulk-len", "1"}, "resp_max_bulk_len (from flag --resp-max-bulk-len): must be at least 1 MiB (1048576)"},
 		{"unknown flag", []string{"--listen", "127.0.0.1:1"}, "listen"},
 		{"stray argument", []string{"now"}, "unexpected argument"},
 	}

@@ -114,7 +114,7 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.RESPPassword }},
 	{name: setRESPProcs, typ: "int", def: "1", doc: "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all; left unset, a GOMAXPROCS variable is kept", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPProcs }},
-	{name: setRESPMaxBulk, typ: "bytes", def: strconv.Itoa(proxy.DefaultMaxBulkLen), doc: "largest bulk argument a client may send (Redis's proto-max-bulk-len); a longer one is refused on its header", cmds: cmdProxy,
+	{name: setRESPMaxBulk, typ: "bytes", def: strconv.Itoa(proxy.DefaultMaxBulkLen), doc: "largest bulk argument a client may send (Redis's proto-max-bulk-len); a longer one is refused on its header; at least 1 MiB (1048576), Redis's floor", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPMaxBulkLen }},
 	{name: setRESPQueryBuf, typ: "bytes", def: strconv.Itoa(proxy.DefaultQueryBufferLimit), doc: "unparsed input one connection may hold (Redis's client-query-buffer-limit); at least resp_max_bulk_len (left unset, at least resp_max_bulk_len + 64 KiB), at most resp_memory_budget", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPQueryBufferLimit }},
