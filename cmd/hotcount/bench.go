@@ -102,6 +102,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := c.Validate(); err != nil {
 		return usagef(stderr, "%v", err)
 	}
+	if svg != "" {
+		if err := checkOutputFile(svg); err != nil {
+			return usagef(stderr, "bench: --svg: %v", err)
+		}
+	}
 	if len(c.Redis) == 0 {
 		fmt.Fprintln(stderr, "hotcount: bench: no --redis: the instances share one embedded store; writes are counted from its Stats")
 	}

@@ -40,6 +40,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{"--key", "k", "--mode", "single", "--calibrate", "-1s"},
 		{"--key", "k", "--mode", "sharded", "--n", "1,2,2"},
 		{"--key", "k", "--mode", "sharded", "--n", "1,x"},
+		// An SVG file that cannot be written is refused before the runs
+		// (it was found after them, exit 1).
+		{"--key", "k", "--mode", "single", "--duration", "300ms", "--svg", filepath.Join(t.TempDir(), "missing", "x.svg")},
+		{"--key", "k", "--mode", "single", "--duration", "300ms", "--svg", t.TempDir()},
 	} {
 		var out, errb bytes.Buffer
 		code := run(t.Context(), append([]string{"bench"}, args...), &out, &errb)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 )
@@ -161,4 +162,23 @@ func splitAddrs(s string) []string {
 		}
 	}
 	return out
+}
+
+// checkOutputFile reports why path could not be written as a command's
+// output file, before the command does its work: a file that exists must
+// open for writing (a folder does not), and one that does not must be
+// creatable (it is created and removed again). A bad output path is then
+// a usage error found before a run, not a failure after it.
+func checkOutputFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			f.Close()
+			return os.Remove(path)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }

@@ -52,6 +52,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if zero != "" {
 		return usagef(stderr, "simulate: --%s must not be 0", zero)
 	}
+	if svgPath != "" {
+		if err := checkOutputFile(svgPath); err != nil {
+			return usagef(stderr, "simulate: --svg: %v", err)
+		}
+	}
 	res, err := simulate.Run(ctx, c)
 	switch {
 	case errors.Is(err, simulate.ErrInvalidConfig):
@@ -61,7 +66,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if svgPath != "" {
 		if err := writeSVGFile(svgPath, res); err != nil {
-			return failf(stderr, "simulate: %v", err)
+			return failf(stderr, "simulate: --svg: %v", err)
 		}
 	}
 	switch {

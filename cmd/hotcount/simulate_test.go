@@ -95,10 +95,17 @@ func TestSimulateUsage(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.name, code, out, errs, c.want)
 		}
 	}
-	// An SVG path that cannot be created is a runtime failure.
-	bad := filepath.Join(t.TempDir(), "missing", "dir", "x.svg")
-	code, _, errs := runHC(append([]string{"simulate", "--svg", bad}, quick...)...)
-	if code != exitFailure || !strings.Contains(errs, "x.svg") {
-		t.Errorf("bad svg path: exit %d, stderr %q", code, errs)
+	// An SVG path that cannot be written is a usage error found before the
+	// simulation runs (nothing printed), as serve's --data that is not a
+	// folder is: it was found only after the run, exit 1.
+	dir := t.TempDir()
+	for _, bad := range []string{filepath.Join(dir, "missing", "dir", "x.svg"), dir} {
+		code, out, errs := runHC(append([]string{"simulate", "--svg", bad}, quick...)...)
+		if code != exitUsage || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "--svg") || !strings.Contains(errs, bad) {
+			t.Errorf("bad svg path %s: exit %d, stdout %q, stderr %q; want exit 2, nothing printed, one line naming --svg and the path", bad, code, out, errs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missing")); err == nil {
+		t.Error("the check created a folder")
 	}
 }
