@@ -228,9 +228,11 @@ func loopback(addr string) bool {
 // proxyDashboardRoutes are the routes of serve's handler that the proxy's
 // admin port serves: the dashboard and the read-only API it draws from.
 // Nothing that writes (increments, clears, resizes, deadlines) is served
-// there; counter writes go through the Redis protocol.
+// there; counter writes go through the Redis protocol. GET /assets is
+// serve's too: its redirect to /assets/, with a JSON body (this mux's own
+// redirect would answer in HTML).
 var proxyDashboardRoutes = []string{
-	"GET /{$}", "GET /favicon.ico", "GET /assets/",
+	"GET /{$}", "GET /favicon.ico", "GET /assets", "GET /assets/",
 	"GET /v1/nodes", "GET /v1/hotkeys", "GET /v1/stats",
 	"GET /v1/counters/{key}", "POST /v1/counters:get", "GET /v1/counters/{key}/shards",
 }

@@ -389,6 +389,21 @@ func TestProxyAdminDashboard(t *testing.T) {
 				w.method, w.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), b, w.code, w.allow)
 		}
 	}
+	// GET /assets is redirected to /assets/ as serve redirects it: with a
+	// JSON body, not the mux's HTML.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(admin + "/assets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var m map[string]string
+	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/assets/" ||
+		resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &m) != nil || m["error"] == "" {
+		t.Errorf("GET /assets on the admin port: %d Location %q %q %q; want 307 to /assets/ with a JSON error",
+			resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Content-Type"), b)
+	}
 	if v, err := rc.Get(ctx, "likes:post:42").Int64(); err != nil || v != total {
 		t.Fatalf("after the refused writes the counter reads %d %v, want %d", v, err, total)
 	}
