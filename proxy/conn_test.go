@@ -300,18 +300,7 @@ func TestAdmin(t *testing.T) {
 		{"DELETE", "/metrics", 405, "GET, HEAD"},
 	} {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var m map[string]string
-		if resp.StatusCode != tc.code || resp.Header.Get("Content-Type") != "application/json" ||
-			json.Unmarshal(b, &m) != nil || m["error"] == "" || resp.Header.Get("Allow") != tc.allow {
-			t.Errorf("%s %s: %d %q Allow %q %q; want %d, a JSON error, Allow %q",
-				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), b, tc.code, tc.allow)
-		}
+		testenv.CheckJSONError(t, nil, req, tc.code, tc.allow)
 	}
 	e.srv.Drain()
 	code, body = get("/readyz")

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -376,33 +375,14 @@ func TestProxyAdminDashboard(t *testing.T) {
 	} {
 		req, _ := http.NewRequest(w.method, admin+w.path, strings.NewReader(`{"by":1,"n":4,"ttl_ms":1000}`))
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var m map[string]string
-		if resp.StatusCode != w.code || resp.Header.Get("Content-Type") != "application/json" ||
-			json.Unmarshal(b, &m) != nil || m["error"] == "" || resp.Header.Get("Allow") != w.allow {
-			t.Errorf("%s %s on the admin port: %d %q Allow %q %q; want %d, a JSON error, Allow %q",
-				w.method, w.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), b, w.code, w.allow)
-		}
+		testenv.CheckJSONError(t, nil, req, w.code, w.allow)
 	}
 	// GET /assets is redirected to /assets/ as serve redirects it: with a
 	// JSON body, not the mux's HTML.
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(admin + "/assets")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var m map[string]string
-	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/assets/" ||
-		resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &m) != nil || m["error"] == "" {
-		t.Errorf("GET /assets on the admin port: %d Location %q %q %q; want 307 to /assets/ with a JSON error",
-			resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Content-Type"), b)
+	req, _ := http.NewRequest("GET", admin+"/assets", nil)
+	if resp, _ := testenv.CheckJSONError(t, noFollow, req, http.StatusTemporaryRedirect, ""); resp.Header.Get("Location") != "/assets/" {
+		t.Errorf("GET /assets on the admin port: Location %q, want /assets/", resp.Header.Get("Location"))
 	}
 	if v, err := rc.Get(ctx, "likes:post:42").Int64(); err != nil || v != total {
 		t.Fatalf("after the refused writes the counter reads %d %v, want %d", v, err, total)

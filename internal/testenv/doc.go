@@ -1,6 +1,7 @@
 // Package testenv is the test harness: real redis-server processes and
 // Redis Clusters on free ports, the test PostgreSQL, throw-away TLS
-// certificates, and Retry for fault tests.
+// certificates, Retry for fault tests, and CheckJSONError for the JSON
+// errors of the HTTP faces (serve, the proxy's admin port).
 //
 // The processes are started by internal/rediscluster, the production
 // package behind `hotcount cluster up/down/status`; this package builds on
