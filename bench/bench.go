@@ -102,7 +102,10 @@
 // docs/benchmarks-log.md). The
 // node's own CPU use (INFO cpu) during the hold is reported beside the
 // ceiling, so one can see whether the node or the generator was the
-// limit. Each run then reports every node's writes per second and its
+// limit, and so is the rate of each sixth of the hold (SliceRates): how
+// far the node's own rate moved within the window that set the ceiling,
+// and so how far a run may fall from it by chance. Each run then reports
+// every node's writes per second and its
 // utilisation: those writes over the ceiling. Flush scripts (EVALSHA) cost
 // a node more than a plain INCRBY, so a buffered mode's utilisation is a
 // lower bound.

@@ -361,6 +361,14 @@ func TestRunCalibratedSweep(t *testing.T) {
 	if !hold.Hold || hold.OfferedPerSec != math.Round(2*plateau(ramp, best)) || hold.Seconds < 0.5 || c.IncrPerSec != ceiling(c.Steps, best) || slices.ContainsFunc(ramp, func(st CalibrationStep) bool { return st.Hold }) {
 		t.Errorf("hold %+v, ceiling %v, steps %+v", hold, c.IncrPerSec, c.Steps)
 	}
+	// The hold's slices: calHoldSlices, or one fewer when the hold's
+	// window ended at its last tick.
+	if n := len(hold.SliceRates); n < calHoldSlices-1 || n > calHoldSlices || slices.ContainsFunc(hold.SliceRates, func(r float64) bool { return r < 0 }) {
+		t.Errorf("hold's slice rates %v", hold.SliceRates)
+	}
+	if slices.ContainsFunc(ramp, func(st CalibrationStep) bool { return st.SliceRates != nil }) {
+		t.Errorf("ramp steps have slice rates: %+v", ramp)
+	}
 	if want := math.Round(0.5 * c.IncrPerSec); rep.OfferedPerSec != want {
 		t.Errorf("offered %v, want half the ceiling %v", rep.OfferedPerSec, want)
 	}
@@ -398,7 +406,7 @@ func TestRunCalibratedSweep(t *testing.T) {
 	if err := rep.WriteSVG(&svg); err != nil || !strings.Contains(svg.String(), "<polyline") {
 		t.Errorf("WriteSVG: %v", err)
 	}
-	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "calibration: one node ("+c.Node+")") || !strings.Contains(text.String(), "held (the ceiling)") {
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "calibration: one node ("+c.Node+")") || !strings.Contains(text.String(), "held (the ceiling)") || !strings.Contains(text.String(), " slices: ") {
 		t.Errorf("WriteText: %v\n%s", err, text.String())
 	}
 }

@@ -69,7 +69,18 @@ type CalibrationStep struct {
 	// Hold marks the step that follows the ramp: the runs' offer, held
 	// for a run's window (see holdRate).
 	Hold bool `json:"hold,omitempty"`
+	// SliceRates, of the hold only, is the rate acknowledged in each of
+	// calHoldSlices equal slices of it, in order: how much a capped
+	// node's rate moved within the window that set the ceiling (on a node
+	// at 1% of a CPU, single seconds of one window ranged from 3,100 to
+	// 11,723/s), and so how far a run's rate may fall from the ceiling
+	// by chance.
+	SliceRates []float64 `json:"slice_rates,omitempty"`
 }
+
+// calHoldSlices is the number of slices of the hold whose rates the
+// report gives (one a second for a hold of 6 s).
+const calHoldSlices = 6
 
 // The calibration's ramp: it offers calStartRate, then twice the rate of
 // the step before, as long as a step keeps up (achieves calKeepUp of what
@@ -290,7 +301,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 	}
 	defer closeInstances(ins)
 	window := max(s.Calibrate/calStepShare, minSegment)
-	measure := func(rate float64, window time.Duration) (CalibrationStep, error) {
+	measure := func(rate float64, window time.Duration, slices int) (CalibrationStep, error) {
 		for _, in := range ins {
 			in.lat.reset()
 		}
@@ -300,6 +311,7 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		}
 		t0 := sum(ins)
 		cpu0, cpuErr := b.cpuSeconds(ctx, node)
+		rates := sliceRates(ins, window, slices)
 		elapsed := drive(ctx, ins, key, rate, window, cal.Workers)
 		cctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 		defer cancel()
@@ -319,16 +331,17 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 			Latency:          latencies(ins).latency(),
 			NodeWritesPerSec: float64(b.writes(after[node].minus(before[node]))) / elapsed.Seconds(),
 			Seconds:          elapsed.Seconds(),
+			SliceRates:       rates(),
 		}
 		if cpuErr == nil {
 			st.NodeCPU = (cpu1 - cpu0) / elapsed.Seconds()
 		}
 		return st, nil
 	}
-	steps, best, err := calibrationRamp(ctx, func(rate float64) (CalibrationStep, error) { return measure(rate, window) })
+	steps, best, err := calibrationRamp(ctx, func(rate float64) (CalibrationStep, error) { return measure(rate, window, 0) })
 	if rate := holdRate(steps, best, s.RateCeilings); err == nil && rate > 0 {
 		var st CalibrationStep
-		if st, err = measure(rate, max(s.Calibrate, s.segment, minSegment)); err == nil {
+		if st, err = measure(rate, max(s.Calibrate, s.segment, minSegment), calHoldSlices); err == nil {
 			st.OfferedPerSec, st.Hold = rate, true
 			st.KeptUp = st.AchievedPerSec >= calKeepUp*rate
 			steps = append(steps, st)
@@ -354,4 +367,37 @@ func calibrate(ctx context.Context, s *settings, b backend) (*Calibration, error
 		return cal, fmt.Errorf("calibration: no increment succeeded in %v", time.Duration(cal.Seconds*float64(time.Second)))
 	}
 	return cal, nil
+}
+
+// sliceRates samples the increments ins acknowledge in each of n equal
+// slices of a window that starts now, in the background; the function it
+// returns waits for the samples and gives the rate of each slice (none
+// for n 0, fewer when the window ended early).
+func sliceRates(ins []*instance, window time.Duration, n int) func() []float64 {
+	if n <= 0 {
+		return func() []float64 { return nil }
+	}
+	done := make(chan struct{})
+	out := make(chan []float64, 1)
+	go func() {
+		var rates []float64
+		defer func() { out <- rates }()
+		tick := time.NewTicker(window / time.Duration(n))
+		defer tick.Stop()
+		last, at := sum(ins).sent, time.Now()
+		for range n {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				sent := sum(ins).sent
+				rates = append(rates, math.Round(float64(sent-last)/now.Sub(at).Seconds()))
+				last, at = sent, now
+			}
+		}
+	}()
+	return func() []float64 {
+		close(done)
+		return <-out
+	}
 }

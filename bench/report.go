@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -337,7 +338,11 @@ func (r *Report) WriteText(w io.Writer) error {
 			if st.Hold {
 				step = "held (the ceiling)"
 			}
-			fmt.Fprintf(w, "  %s %.0f/s for %.1f s: achieved %.0f/s, latency p50/p99 %s ms, %s\n", step, st.OfferedPerSec, st.Seconds, st.AchievedPerSec, lat(st.Latency), kept)
+			spread := ""
+			if len(st.SliceRates) > 0 {
+				spread = fmt.Sprintf(" (%d slices: %.0f to %.0f/s)", len(st.SliceRates), slices.Min(st.SliceRates), slices.Max(st.SliceRates))
+			}
+			fmt.Fprintf(w, "  %s %.0f/s for %.1f s: achieved %.0f/s%s, latency p50/p99 %s ms, %s\n", step, st.OfferedPerSec, st.Seconds, st.AchievedPerSec, spread, lat(st.Latency), kept)
 		}
 		fmt.Fprintln(w)
 	}
