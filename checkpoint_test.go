@@ -2,12 +2,16 @@ package hotcount_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/internal/testenv"
 	"github.com/hotcount/hotcount/store/mem"
 )
@@ -293,4 +297,175 @@ func TestFastModePrimaryRestartedEmpty(t *testing.T) {
 	if loss < -uncertain.Load() {
 		t.Fatalf("final %d exceeds acknowledged %d plus uncertain %d: double-counted restore", final, acked.Load(), uncertain.Load())
 	}
+}
+
+// hookMeta is a durable store whose LoadMeta of a sentinel record runs
+// before, once after it is set, a function (another process acting
+// between this process's read of the sentinels and its read of their
+// records), and whose SaveMeta of a sentinel record fails, once, after
+// failSave is set.
+type hookMeta struct {
+	durable.Backend
+	before   atomic.Pointer[func()]
+	failSave atomic.Bool
+}
+
+func (h *hookMeta) LoadMeta(ctx context.Context, key string) ([]byte, error) {
+	if strings.HasPrefix(key, "hotcount:sentinel:") {
+		if f := h.before.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return h.Backend.LoadMeta(ctx, key)
+}
+
+func (h *hookMeta) SaveMeta(ctx context.Context, key string, data []byte) error {
+	if strings.HasPrefix(key, "hotcount:sentinel:") && h.failSave.Swap(false) {
+		return errors.New("save meta: connection reset")
+	}
+	return h.Backend.SaveMeta(ctx, key, data)
+}
+
+// restoreFixture writes 40 counters with c, saves them with every Client
+// of cs, empties node 1 of st and returns what it held and the values.
+func restoreFixture(t *testing.T, st *mem.Store, c *hotcount.Client, cs ...*hotcount.Client) (onNode int64, want map[string]int64) {
+	t.Helper()
+	ctx := context.Background()
+	want = map[string]int64{}
+	for i := range 40 {
+		k := fmt.Sprintf("likes:%d", i)
+		want[k] = int64(i + 1)
+		if err := c.Incr(ctx, k, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cs {
+		if _, err := c.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topo, _ := st.Topology(ctx)
+	node := topo.Nodes[1]
+	for k := range want {
+		subs, err := c.SubKeys(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sub := range subs {
+			if topo.NodeOf(sub) == node {
+				v, _ := st.Get(ctx, []string{sub})
+				onNode += v[0]
+			}
+		}
+	}
+	if onNode == 0 {
+		t.Fatal("no sub-counter on the node")
+	}
+	dropNode(t, st, node)
+	return onNode, want
+}
+
+// checkValues fails t unless c reads every counter of want as want.
+func checkValues(t *testing.T, c *hotcount.Client, want map[string]int64) {
+	t.Helper()
+	for k, w := range want {
+		r, err := c.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Value != w {
+			t.Errorf("%s = %d after the restore, want %d", k, r.Value, w)
+		}
+	}
+}
+
+// TestFastRestoreSentinelReadBeforeRecord: a process reads a lost node's
+// sentinel missing, and before it reads the store's record another
+// process creates the sentinel, restores the node and records the new
+// incarnation. The first process must take the node as restored: it used
+// to create a second incarnation on top of the first (its creation token
+// is named after the record it read, the new one) and restore the node
+// again, doubling every sub-counter and reporting the amount twice.
+func TestFastRestoreSentinelReadBeforeRecord(t *testing.T) {
+	ctx := context.Background()
+	st := mustMem(t)
+	ds := durStores()[0]
+	loc := ds.loc(t)
+	var restored atomic.Int64
+	cfg := hotcount.Config{
+		Store:      st,
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: ds.open(t, loc), CheckpointInterval: time.Hour, OnRestore: func(r hotcount.Restore) { restored.Add(r.Amount) }},
+	}
+	c1 := durClient(t, cfg)
+	hook := &hookMeta{Backend: ds.open(t, loc)}
+	cfg.Durability.Store = hook
+	c2 := durClient(t, cfg)
+	onNode, want := restoreFixture(t, st, c1, c1, c2)
+	ran := false
+	other := func() {
+		ran = true
+		if _, err := c1.Checkpoint(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	hook.before.Store(&other)
+	if _, err := c2.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("the second process did not read a sentinel record")
+	}
+	if got := restored.Load(); got != onNode {
+		t.Errorf("restored %d in all, want %d (what the node held); restores: %+v, %+v", got, onNode, c1.Restores(), c2.Restores())
+	}
+	checkValues(t, c1, want)
+	// Later rounds of both restore nothing more.
+	for _, c := range []*hotcount.Client{c1, c2} {
+		if rep, err := c.Checkpoint(ctx); err != nil || len(rep.Restores) != 0 {
+			t.Fatalf("later round: %+v %v", rep, err)
+		}
+	}
+}
+
+// TestFastRestoreReportedWhenRecordFails: a round restores a lost node,
+// then fails to record its new incarnation in the durable store. The
+// restore is reported all the same (OnRestore, the round's report), as
+// the Stats count it; the next round records the node and restores
+// nothing twice. The restore used to be dropped from the reports, and the
+// next round's repeat reported nothing applied: OnRestore never saw the
+// amount.
+func TestFastRestoreReportedWhenRecordFails(t *testing.T) {
+	ctx := context.Background()
+	st := mustMem(t)
+	ds := durStores()[0]
+	var restored atomic.Int64
+	hook := &hookMeta{Backend: ds.open(t, ds.loc(t))}
+	c := durClient(t, hotcount.Config{
+		Store:      st,
+		Reads:      hotcount.ReadConfig{NoCache: true},
+		Durability: hotcount.DurabilityConfig{Store: hook, CheckpointInterval: time.Hour, OnRestore: func(r hotcount.Restore) { restored.Add(r.Amount) }},
+	})
+	onNode, want := restoreFixture(t, st, c, c)
+	hook.failSave.Store(true)
+	rep, err := c.Checkpoint(ctx)
+	if err == nil {
+		t.Fatal("the round whose record failed reported no error")
+	}
+	if len(rep.Restores) != 1 || rep.Restores[0].Amount != onNode {
+		t.Errorf("the round whose record failed reports %+v, want one restore of %d", rep.Restores, onNode)
+	}
+	if got := restored.Load(); got != onNode {
+		t.Errorf("OnRestore saw %d after the round whose record failed, want %d", got, onNode)
+	}
+	if rep, err := c.Checkpoint(ctx); err != nil || len(rep.Restores) != 1 || rep.Restores[0].Amount != 0 {
+		t.Errorf("the next round: %+v %v, want one restore of nothing (done already)", rep, err)
+	}
+	if got, s := restored.Load(), c.Stats().Durability; got != onNode || s.RestoredAmount != onNode {
+		t.Errorf("OnRestore saw %d in all, Stats %d, want %d", got, s.RestoredAmount, onNode)
+	}
+	if rep, err := c.Checkpoint(ctx); err != nil || len(rep.Restores) != 0 {
+		t.Errorf("a later round: %+v %v, want no restore", rep, err)
+	}
+	checkValues(t, c, want)
 }

@@ -220,6 +220,13 @@ type DurabilityConfig struct {
 	CleanupInterval time.Duration
 	// OnRestore, when set, is called after fast-mode counters were
 	// restored from their checkpoints because a cache node lost its data.
+	// Each sub-counter is added back once, by whichever process gets to
+	// it first, and only that process's Restore counts it, so the Amounts
+	// that the processes report for one loss add up to what the node
+	// held (less what a restore applied without getting the reply).
+	// Durable-mode counters are not in a Restore (it may report 0 keys):
+	// the healer repairs their view (Stats.Durability.Repairs and
+	// RepairedAmount).
 	OnRestore func(Restore) `config:"code"`
 	// HealInterval is how often the cache view of durable-mode counters
 	// is compared with the durable log and repaired; 0 means

@@ -36,11 +36,18 @@ package durability
 // Every round first reads the sentinels. A node whose sentinel is missing,
 // or holds another incarnation than the one recorded, lost its data (it
 // restarted empty, was flushed, or failed over to a replica that never had
-// the sentinel). Its sub-counters are then restored: every sub-counter
-// checkpoint whose slot the node owns is added to the sub-counter with an
-// increment guarded by the token keyspace.AuxKey(K, L, "restore",
-// incarnation), so a restore retried, or run by several processes at once,
-// counts once; only then is the new incarnation recorded. Values written to
+// the sentinel). Such a sentinel is read again after the record: in
+// between, another process may have created it, restored the node and
+// recorded the new incarnation, and a value read before the record would
+// take the node as lost a second time (a missing one would even create a
+// second incarnation on top of the first, its creation token being named
+// after the new record) and restore it twice. A lost node's sub-counters
+// are then restored: every sub-counter checkpoint whose slot the node owns
+// is added to the sub-counter with an increment guarded by the token
+// keyspace.AuxKey(K, L, "restore", incarnation), so a restore retried, or
+// run by several processes at once, counts once; only then is the new
+// incarnation recorded (a restore whose record failed is reported all the
+// same, and the next round records it). Values written to
 // the node after it came back (writers do not stop) are kept: the restore
 // adds to them. What is lost is what reached the node between its last
 // checkpoint and the loss: at most one checkpoint interval of writes (plus
@@ -762,12 +769,11 @@ func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology
 			continue
 		}
 		r, err := ck.accept(ctx, topo, topo.Nodes[i], k, sv[i], marks[i], mv[i], o)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		if r != nil {
 			out = append(out, *r)
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return out, errors.Join(errs...)
@@ -777,7 +783,8 @@ func (ck *checkpointer) checkSentinels(ctx context.Context, topo *store.Topology
 // it creates a missing one, compares it with the incarnation recorded in
 // the durable store, restores the node if it changed, and records it. It
 // refuses a node that looks lost but holds another store's mark, and with
-// o records nothing.
+// o records nothing. A restore it made is returned also when recording the
+// incarnation failed after it.
 func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, key string, v int64, markKey string, mark int64, o *RebuildOptions) (*Restore, error) {
 	mctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
 	data, err := ck.d.be.LoadMeta(mctx, sentinelPrefix+key)
@@ -791,6 +798,22 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 		if recorded, err = strconv.ParseInt(string(data), 10, 64); err != nil {
 			return nil, fmt.Errorf("sentinel %s: bad record %q: %w", key, data, store.ErrNotInteger)
 		}
+	}
+	if v != recorded {
+		// v was read before the record: in between, another process may
+		// have created the sentinel, restored the node and recorded the
+		// new incarnation. Taken as read, a missing v would create a
+		// second incarnation on top of it (the creation token is named
+		// after the record, the new one) and restore the node again. Read
+		// it again, after the record: a sentinel created before the
+		// record was written now reads as recorded.
+		gctx, cancel := context.WithTimeout(ctx, ck.d.cfg.Timeout)
+		vals, err := ck.d.eng.Store().Get(gctx, []string{key})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("sentinel %s: %w", key, err)
+		}
+		v = vals[0]
 	}
 	lost := v != recorded && (recorded != 0 || ck.known[key] != 0)
 	if lost && ck.mark != 0 && v != 0 && mark == 0 {
@@ -832,7 +855,9 @@ func (ck *checkpointer) accept(ctx context.Context, topo *store.Topology, node, 
 		err := ck.d.be.SaveMeta(mctx, sentinelPrefix+key, []byte(strconv.FormatInt(v, 10)))
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("sentinel %s: %w", key, err)
+			// The restore was made (and counted): report it; the next
+			// round records the incarnation, and restores nothing twice.
+			return r, fmt.Errorf("sentinel %s: %w", key, err)
 		}
 	}
 	ck.known[key] = v
