@@ -14,6 +14,7 @@ import (
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/hotkeys"
 	"github.com/hotcount/hotcount/internal/autoscale"
+	"github.com/hotcount/hotcount/internal/counters"
 	"github.com/hotcount/hotcount/internal/durability"
 	"github.com/hotcount/hotcount/internal/engine"
 	"github.com/hotcount/hotcount/internal/regions"
@@ -30,6 +31,9 @@ type Client struct {
 	eng   *engine.Engine
 	dur   *durability.Service // nil without a durable store
 	scale *autoscale.Scaler
+	// ops runs the operations that take more than one of eng, dur and
+	// reg.
+	ops *counters.Ops
 	// fast is the one buffer every key goes through when all keys are
 	// buffered alike and nothing else needs to see an increment (no
 	// namespaces, no durable store): Incr's hot path.
@@ -121,6 +125,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	} else {
 		c.fast = c.eng.OnlyBuffer()
 	}
+	c.ops = counters.New(counters.Config{Engine: c.eng, Service: c.dur, Backend: s.Durability.Store,
+		Namespaces: s.table, Region: s.Region, Clock: s.Clock})
 	if err := c.startRegions(); err != nil {
 		return fail(err)
 	}
@@ -188,39 +194,7 @@ func (c *Client) incr(ctx context.Context, key string, delta int64, id string) e
 	if delta == 0 {
 		return ErrZeroDelta
 	}
-	n := c.cfg.table.Lookup(key)
-	var err error
-	switch {
-	case n.Mode == ModeDurable:
-		err = c.dur.Commit(ctx, n, strings.Clone(key), delta, id)
-	case id != "":
-		return fmt.Errorf("incr %q: %w", strings.Clone(key), ErrNotDurable)
-	case n.Buffered:
-		c.touch(n, key)
-		err = c.eng.Add(n, key, delta)
-	default:
-		var w durability.Write
-		if c.dur != nil {
-			w = c.dur.TouchWrite(n, strings.Clone(key))
-		}
-		err = c.eng.Incr(ctx, key, delta)
-		if c.dur != nil {
-			c.dur.Wrote(w, err == nil)
-		}
-	}
-	if c.reg != nil && err == nil {
-		// A buffered delta reaches the cache a flush later: its counter
-		// is shipped again then.
-		c.reg.Mark(key, n.Buffered && n.Mode != ModeDurable)
-	}
-	return err
-}
-
-// touch tells the durability service of a write to a fast-mode counter.
-func (c *Client) touch(n *Namespace, key string) {
-	if c.dur != nil {
-		c.dur.Touch(n, strings.Clone(key))
-	}
+	return c.ops.Incr(ctx, key, delta, id)
 }
 
 // IncrValue adds delta to key as Incr does, except that an increment of a
@@ -245,30 +219,7 @@ func (c *Client) IncrValue(ctx context.Context, key string, delta int64) (value 
 	if delta == 0 {
 		return 0, false, ErrZeroDelta
 	}
-	n := c.cfg.table.Lookup(key)
-	if n.Mode != ModeFast || !n.Buffered {
-		return 0, false, c.incr(ctx, key, delta, "")
-	}
-	var w durability.Write
-	if c.dur != nil {
-		w = c.dur.TouchWrite(n, strings.Clone(key))
-	}
-	v, exact, ok, err := c.eng.IncrDirect(ctx, n, key, delta)
-	if c.dur != nil {
-		// Buffered (not ok), the delta lands a flush later: not a write
-		// acknowledged here.
-		c.dur.Wrote(w, ok && err == nil)
-	}
-	switch {
-	case !ok:
-	case err == nil:
-		return v, exact, nil
-	case errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrNoReply):
-		// Never written: buffered and retried, as any buffered increment.
-	default:
-		return 0, false, err
-	}
-	return 0, false, c.eng.Add(n, key, delta)
+	return c.ops.IncrValue(ctx, key, delta)
 }
 
 // check refuses calls after Close and invalid keys.
@@ -285,11 +236,7 @@ func (c *Client) Get(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	r, err := c.eng.Get(ctx, key)
-	if err == nil {
-		err = c.global(ctx, []*Reading{&r}, false)
-	}
-	return r, err
+	return c.ops.Get(ctx, key, false)
 }
 
 // GetFresh is Get without the summed-read cache: it reads the
@@ -299,11 +246,7 @@ func (c *Client) GetFresh(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	r, err := c.eng.GetFresh(ctx, key)
-	if err == nil {
-		err = c.global(ctx, []*Reading{&r}, true)
-	}
-	return r, err
+	return c.ops.Get(ctx, key, true)
 }
 
 // GetMulti returns the sums of many counters. Counters not in the cache
@@ -318,25 +261,7 @@ func (c *Client) GetMulti(ctx context.Context, keys []string) (map[string]Readin
 			return nil, err
 		}
 	}
-	m, err := c.eng.GetMulti(ctx, keys)
-	if err != nil || c.reg == nil {
-		return m, err
-	}
-	rs := make([]*Reading, 0, len(m))
-	vals := make([]Reading, 0, len(m))
-	for _, r := range m {
-		vals = append(vals, r)
-	}
-	for i := range vals {
-		rs = append(rs, &vals[i])
-	}
-	if err := c.global(ctx, rs, false); err != nil {
-		return nil, err
-	}
-	for _, r := range vals {
-		m[r.Key] = r
-	}
-	return m, nil
+	return c.ops.GetMulti(ctx, keys)
 }
 
 // GetExact returns the exact value of a durable-mode counter from the
@@ -349,34 +274,7 @@ func (c *Client) GetExact(ctx context.Context, key string) (Reading, error) {
 	if err := c.check(key); err != nil {
 		return Reading{}, err
 	}
-	if c.cfg.table.Lookup(key).Mode != ModeDurable {
-		return Reading{}, fmt.Errorf("exact %q: %w", key, ErrNotDurable)
-	}
-	// The cache is asked for N beside the store, never before it: a
-	// cache that does not answer costs the read nothing but N.
-	nctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	subs := make(chan int, 1)
-	go func() {
-		sub, err := c.SubKeys(nctx, key)
-		if err != nil {
-			subs <- -1
-			return
-		}
-		subs <- len(sub)
-	}()
-	v, err := c.dur.Exact(ctx, key)
-	if err != nil {
-		return Reading{}, err
-	}
-	r := Reading{Key: key, Value: v}
-	if r.N = <-subs; r.N < 0 {
-		r.N, r.NUnknown = 0, true
-	}
-	if err := c.globalExact(ctx, &r); err != nil {
-		return r, err
-	}
-	return r, nil
+	return c.ops.GetExact(ctx, key)
 }
 
 // SubKeys returns the cache keys of every sub-counter of key that may hold
@@ -385,11 +283,7 @@ func (c *Client) SubKeys(ctx context.Context, key string) ([]string, error) {
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
-	reads, _, _, err := c.eng.Read(ctx, []string{key}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return reads[0].Subs, nil
+	return c.ops.SubKeys(ctx, key)
 }
 
 // Clear deletes the counter key: every sub-counter and its metadata, after
@@ -402,28 +296,7 @@ func (c *Client) Clear(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
-	var epoch uint64
-	if c.reg != nil {
-		// Observed-remove: what this region received from each peer is
-		// fenced, and its own part starts a new epoch.
-		var err error
-		if epoch, err = c.reg.BeginClear(ctx, key); err != nil {
-			return err
-		}
-	}
-	if err := c.eng.Clear(ctx, key); err != nil {
-		return err
-	}
-	if c.dur != nil {
-		// Recorded durably: no checkpoint restore or rebuild brings it back.
-		if err := c.dur.Cleared(ctx, key); err != nil {
-			return err
-		}
-	}
-	if c.reg != nil {
-		return c.reg.EndClear(ctx, key, epoch)
-	}
-	return nil
+	return c.ops.Clear(ctx, key)
 }
 
 // Expire gives the counter key the deadline at, as Redis EXPIREAT does: the
@@ -437,42 +310,7 @@ func (c *Client) Expire(ctx context.Context, key string, at time.Time) (bool, er
 	if err := c.check(key); err != nil {
 		return false, err
 	}
-	if c.reg != nil && !at.After(c.cfg.Clock.Now()) {
-		return c.expireNowGlobal(ctx, key)
-	}
-	existed, err := c.eng.Expire(ctx, key, at)
-	if err == nil && existed && c.dur != nil {
-		err = c.dur.Deadline(ctx, key, at) // a deadline not after now: a clear
-	}
-	if err == nil && c.reg != nil {
-		// Every region's part gets the deadline, and the counter ends
-		// in every region when it passes.
-		existed, _, err = c.reg.SetDeadline(ctx, key, at, existed)
-	}
-	return existed, err
-}
-
-// expireNowGlobal is Expire with a deadline not after now in a region: a
-// clear of the counter in every region, when it exists in some region.
-func (c *Client) expireNowGlobal(ctx context.Context, key string) (bool, error) {
-	r, err := c.GetFresh(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	n, err := c.eng.Exists(ctx, []string{key})
-	if err != nil {
-		return false, err
-	}
-	existed := n > 0
-	for name, sh := range r.Regions {
-		if name != c.cfg.Region && sh.Value != 0 {
-			existed = true
-		}
-	}
-	if !existed {
-		return false, nil
-	}
-	return true, c.Clear(ctx, key)
+	return c.ops.Expire(ctx, key, at)
 }
 
 // Persist removes the deadline of key, as Redis PERSIST does. It reports
@@ -482,17 +320,7 @@ func (c *Client) Persist(ctx context.Context, key string) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
 	}
-	had, err := c.eng.Persist(ctx, key)
-	if err == nil && had && c.dur != nil {
-		err = c.dur.Deadline(ctx, key, time.Time{})
-	}
-	if err == nil && c.reg != nil {
-		var some bool
-		if _, some, err = c.reg.SetDeadline(ctx, key, time.Time{}, had); err == nil {
-			had = had || some
-		}
-	}
-	return had, err
+	return c.ops.Persist(ctx, key)
 }
 
 // Deadline returns the deadline of key (zero: none) and whether the

@@ -30,7 +30,9 @@
 // The Client is the public face; the mechanics live in internal packages
 // (the data path in internal/engine, checkpoints, the event log and
 // rebuild in internal/durability, automatic N and re-placement in
-// internal/autoscale) over the leaf packages keyspace, placement, meta,
+// internal/autoscale, the shipping between regions in internal/regions,
+// and the operations that take several of these in internal/counters)
+// over the leaf packages keyspace, placement, meta,
 // buffer, hotkeys, store and durable.
 //
 // Counters are not balances: there is no conditional or bounded decrement,

@@ -3,6 +3,7 @@ package regions
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -97,6 +98,43 @@ func CheckPeers(region string, names []string, addrs [][]string) error {
 		seen[n] = true
 	}
 	return nil
+}
+
+// Settings are a region's own settings, as a Client's Config gives them.
+type Settings struct {
+	// Region is the region's name; empty means no regions.
+	Region string
+	// Peers are the peers' names, PeerAddrs their cache addresses.
+	Peers     []string
+	PeerAddrs [][]string
+	// Interval and Retention are Config.Interval and Config.Retention.
+	Interval, Retention time.Duration
+	// Cache reports that the region has a cache of its own (Redis).
+	Cache bool
+}
+
+// CheckSettings checks s: without a region, no peer, interval or
+// retention; with one, a valid name, no negative duration, a cache, and
+// peers as CheckPeers wants them.
+func CheckSettings(s Settings) error {
+	if s.Region == "" {
+		if len(s.Peers) > 0 || s.Interval != 0 || s.Retention != 0 {
+			//lint:ignore ST1005 the message names Config's fields.
+			return errors.New("Peers, ShipInterval and RegionRetention need Region")
+		}
+		return nil
+	}
+	switch {
+	case !ValidName(s.Region):
+		return fmt.Errorf("Region %q must be 1-64 letters, digits, - or _", s.Region)
+	case s.Interval < 0:
+		return fmt.Errorf("ShipInterval must not be negative, got %v", s.Interval)
+	case s.Retention < 0:
+		return fmt.Errorf("RegionRetention must not be negative, got %v", s.Retention)
+	case !s.Cache:
+		return errors.New("Region needs a Redis cache (Redis.Addrs)")
+	}
+	return CheckPeers(s.Region, s.Peers, s.PeerAddrs)
 }
 
 // SplitTotals returns the Totals that reads the exact durable totals of
