@@ -45,20 +45,7 @@ func (c *Client) Create(ctx context.Context, key string, n int) (created bool, e
 	if n < 1 || n > keyspace.MaxN {
 		return false, fmt.Errorf("%w: n must be 1..%d, got %d", ErrInvalidN, keyspace.MaxN, n)
 	}
-	rep, err := c.eng.Shards(ctx, key, 0)
-	if err != nil {
-		return false, err
-	}
-	if rep.Exists || c.eng.Pending(key) != 0 {
-		if rep.N == n {
-			return false, nil
-		}
-		return false, fmt.Errorf("%w: %q has n=%d, not %d", ErrExists, key, rep.N, n)
-	}
-	if err := c.eng.Resize(ctx, key, n); err != nil {
-		return false, err
-	}
-	return true, nil
+	return c.eng.Create(ctx, key, n)
 }
 
 // Resume finishes any fold of key that was interrupted.

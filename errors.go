@@ -61,7 +61,7 @@ var (
 	ErrConflict = engine.ErrConflict
 	// ErrExists: Create was asked for a counter that exists already with
 	// another number of sub-counters; nothing changed (Resize changes it).
-	ErrExists = errors.New("hotcount: the counter exists already with another number of sub-counters")
+	ErrExists = engine.ErrExists
 	// ErrForeignStore: Rebuild or a restore found that the durable store
 	// does not belong to the cache cluster; nothing was restored.
 	ErrForeignStore = durability.ErrForeignStore

@@ -64,6 +64,10 @@ import (
 // ErrNoMetadata: the store keeps no counter metadata, so N cannot change.
 var ErrNoMetadata = errors.New("hotcount: the store keeps no counter metadata")
 
+// ErrExists: Create was asked for a counter that exists already with
+// another number of sub-counters.
+var ErrExists = errors.New("hotcount: the counter exists already with another number of sub-counters")
+
 // ErrConflict: another resize of the same counter is under way (in this
 // process, or its metadata kept changing under a compare-and-set); retry
 // when it is done.
@@ -268,6 +272,27 @@ func (e *Engine) Resize(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("resize %q: %w", key, err)
 	}
 	return nil
+}
+
+// Create gives a counter that does not exist yet (no metadata, nothing
+// pending in this process) n sub-counters, pinned as Resize pins them, and
+// reports true; a counter that has n already is left as it is (false),
+// one with another number gives ErrExists.
+func (e *Engine) Create(ctx context.Context, key string, n int) (created bool, err error) {
+	rep, err := e.Shards(ctx, key, 0)
+	if err != nil {
+		return false, err
+	}
+	if rep.Exists || e.Pending(key) != 0 {
+		if rep.N == n {
+			return false, nil
+		}
+		return false, fmt.Errorf("%w: %q has n=%d, not %d", ErrExists, key, rep.N, n)
+	}
+	if err := e.Resize(ctx, key, n); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Resume finishes an interrupted fold of key.
