@@ -103,8 +103,9 @@ const calHoldSlices = 6
 // a run's 3x: in three alternated pairs of single runs, 200,000/s offered
 // drew 7,494, 7,799 and 6,398/s where 27,000/s drew 6,392, 7,280 and
 // 5,166/s. With the ramp's plateau as the ceiling, single at 3x took 0.57
-// to 1.25 of it in 32 runs (0.87 on average); with the hold's, 0.77 to
-// 1.38 in 16 (1.06 on average, 15 within 25%).
+// to 1.25 of it in 32 runs (0.87 on average); with the hold's, 0.63 to
+// 1.49 in 46 (41 within 25%; two back-to-back runs of single alone at
+// one offer were more than 25% apart in 1 of 11 pairs).
 const (
 	calStartRate = 1000.0
 	calGrowth    = 2.0
