@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,25 +81,7 @@ func TestFastRestoreOnceAcrossProcesses(t *testing.T) {
 		t.Fatalf("idle round: %+v %v", rep, err)
 	}
 
-	topo, _ := st.Topology(ctx)
-	node := topo.Nodes[1]
-	var onNode int64
-	for _, k := range keys {
-		subs, err := c1.SubKeys(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sub := range subs {
-			if topo.NodeOf(sub) == node {
-				v, _ := st.Get(ctx, []string{sub})
-				onNode += v[0]
-			}
-		}
-	}
-	if onNode == 0 {
-		t.Fatal("no sub-counter on the node")
-	}
-	dropNode(t, st, node)
+	onNode, node := emptyNode(t, st, c1, keys)
 	for range 10 { // writers do not stop
 		if err := c2.Incr(ctx, "likes:1", 1); err != nil {
 			t.Fatal(err)
@@ -344,9 +328,20 @@ func restoreFixture(t *testing.T, st *mem.Store, c *hotcount.Client, cs ...*hotc
 			t.Fatal(err)
 		}
 	}
+	onNode, _ = emptyNode(t, st, c, slices.Collect(maps.Keys(want)))
+	return onNode, want
+}
+
+// emptyNode empties node 1 of st and returns what keys' sub-counters (as
+// c places them) held on it, and the node; it fails t when they held
+// nothing there.
+func emptyNode(t *testing.T, st *mem.Store, c *hotcount.Client, keys []string) (int64, string) {
+	t.Helper()
+	ctx := context.Background()
 	topo, _ := st.Topology(ctx)
 	node := topo.Nodes[1]
-	for k := range want {
+	var onNode int64
+	for _, k := range keys {
 		subs, err := c.SubKeys(ctx, k)
 		if err != nil {
 			t.Fatal(err)
@@ -362,7 +357,7 @@ func restoreFixture(t *testing.T, st *mem.Store, c *hotcount.Client, cs ...*hotc
 		t.Fatal("no sub-counter on the node")
 	}
 	dropNode(t, st, node)
-	return onNode, want
+	return onNode, node
 }
 
 // checkValues fails t unless c reads every counter of want as want.
