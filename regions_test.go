@@ -813,3 +813,89 @@ func TestRegionsExpiryDurable(t *testing.T) {
 	converge(t, key, 5, clients)
 	exact(5)
 }
+
+// TestRegionsPeerNodeEmptied: one node of a region's cache comes back
+// empty, not the one that holds the region's markers. The peer's parts it
+// held (records in the bucket hashes on that node) come back from the
+// peer, which ships all its counters again, as when the whole cache came
+// back empty.
+func TestRegionsPeerNodeEmptied(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
+	w := newWorld(t, "eu", "us")
+	var lost atomic.Int64
+	clients := map[string]*hotcount.Client{
+		"eu": w.client(t, "eu", durableRegion(t, 0)),
+		"us": w.client(t, "us", func(cfg *hotcount.Config) {
+			durableRegion(t, 0)(cfg)
+			cfg.Durability.CheckpointInterval = 200 * time.Millisecond
+			cfg.Durability.OnRestore = func(hotcount.Restore) { lost.Add(1) }
+		}),
+	}
+	ctx := context.Background()
+	want := map[string]int64{}
+	for i := range 64 {
+		key := fmt.Sprintf("views:%d", i)
+		if err := clients["eu"].Incr(ctx, key, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+		want[key] = int64(i + 1)
+	}
+	for k, v := range want {
+		converge(t, k, v, clients)
+	}
+	// eu's rounds that shipped them are over (acknowledged).
+	settled := time.Now().Add(2 * regionShip)
+	waitFor(t, "eu's rounds to settle", func() (bool, string) {
+		l := clients["eu"].RegionLinks()
+		return len(l) == 1 && l[0].LastSuccess.After(settled), fmt.Sprintf("%+v", l)
+	})
+	// The node to empty: a primary of us that does not hold the region's
+	// markers (their slot answers MOVED there).
+	cl := w.clusters["us"]
+	prim, err := cl.Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	for _, p := range prim {
+		if _, err := testenv.Do(ctx, p, "EXISTS", "hotcount:rg:seen:{hotcount-rg}:eu"); err != nil && strings.Contains(err.Error(), "MOVED") {
+			victim = p
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no primary of %v without the markers' slot", prim)
+	}
+	for attempt := 1; ; attempt++ {
+		// The fault: the node held some of eu's parts (records in bucket
+		// hashes), and it comes back with nothing.
+		held, err := testenv.Do(ctx, victim, "EVAL", "return #redis.call('KEYS', 'hotcount:rg:b:*')", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := lost.Load()
+		if err := cl.Node(victim).RestartEmpty(ctx); err != nil {
+			t.Fatal(err)
+		}
+		size, err := testenv.Do(ctx, victim, "DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held != "0" && size == "0" {
+			t.Logf("%s held %s bucket hashes and came back empty", victim, held)
+			waitFor(t, "us to find its node lost", func() (bool, string) {
+				return lost.Load() > n, fmt.Sprintf("%d restores reported", lost.Load())
+			})
+			break
+		}
+		if attempt == 3 {
+			t.Skipf("the fault did not trigger: %s held %s bucket hashes, %s keys after its restart", victim, held, size)
+		}
+		if err := cl.WaitHealthy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range want {
+		converge(t, k, v, clients)
+	}
+}

@@ -821,9 +821,22 @@ func (s *Service) checkAlive() {
 // Resync puts every counter whose own contribution the durable store holds
 // into every peer's outbox, so that each is shipped again with its
 // current total: after the region's cache lost data and restored it. It
-// does nothing without a durable store.
+// also takes the peers' marks (seenKey) off this region's cache, so that
+// every peer ships all its counters here again: a node that came back
+// empty held some of their parts (the records in its bucket hashes) even
+// when the marks, on another node, survived.
 func (s *Service) Resync(ctx context.Context) error {
-	if s.cfg.Durable == nil || len(s.peers) == 0 {
+	if len(s.peers) == 0 {
+		return nil
+	}
+	seen := make([]string, len(s.peers))
+	for i, p := range s.peers {
+		seen[i] = seenKey(p)
+	}
+	if err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Del().Key(seen...).Build()).Error(); err != nil {
+		return fmt.Errorf("regions: resync: %w", err)
+	}
+	if s.cfg.Durable == nil {
 		return nil
 	}
 	after := ""
