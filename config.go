@@ -31,7 +31,7 @@ const (
 	// DefaultFlushInterval is how often buffered deltas are flushed.
 	DefaultFlushInterval = buffer.DefaultInterval
 	// DefaultEmbeddedNodes is the node count of the embedded store.
-	DefaultEmbeddedNodes = 3
+	DefaultEmbeddedNodes = mem.DefaultNodes
 	// DefaultTimeout bounds each round trip to the backend.
 	DefaultTimeout = 2 * time.Second
 	// DefaultMetaTTL is how long a counter's label sets are cached.

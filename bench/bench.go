@@ -184,6 +184,8 @@ const (
 	DefaultDuration = 10 * time.Second
 	// DefaultFlush is the flush interval of the buffered modes.
 	DefaultFlush = 500 * time.Millisecond
+	// DefaultRounds is the number of rounds when one mode runs.
+	DefaultRounds = 1
 	// DefaultCompareRounds is the number of rounds when several modes run.
 	DefaultCompareRounds = 3
 	// DefaultWorkers is the number of goroutines per instance in the
@@ -453,7 +455,7 @@ func (c Config) validate(now time.Time) (settings, error) {
 		return bad("calibration time must not be negative, got %v", c.Calibrate)
 	}
 	if s.Rounds == 0 {
-		s.Rounds = 1
+		s.Rounds = DefaultRounds
 		if len(s.variants) > 1 {
 			s.Rounds = DefaultCompareRounds
 		}

@@ -82,6 +82,8 @@ const (
 	DefaultLibDuration  = 10 * time.Second
 	// DefaultTailStore is the durable store of the hotcount side.
 	DefaultTailStore = StoreNone
+	// DefaultBenchmark is the redis-benchmark program, looked up in PATH.
+	DefaultBenchmark = "redis-benchmark"
 )
 
 // Durable stores of the hotcount side (LongTailConfig.Store).
@@ -140,7 +142,7 @@ type LongTailConfig struct {
 	// (the ratio the 40-client comparison states stays the one
 	// against "direct").
 	DirectClients int
-	// Benchmark is the redis-benchmark program ("redis-benchmark").
+	// Benchmark is the redis-benchmark program (DefaultBenchmark).
 	Benchmark string
 	// Paths selects "proxy", "library" or both (nil: both).
 	Paths []string
@@ -271,7 +273,7 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 		c.LibDuration = DefaultLibDuration
 	}
 	if c.Benchmark == "" {
-		c.Benchmark = "redis-benchmark"
+		c.Benchmark = DefaultBenchmark
 	}
 	switch {
 	case c.BatchWindow == 0:

@@ -19,6 +19,9 @@ const (
 	DefaultMaxDelay      = 2 * time.Millisecond
 	DefaultCommitTimeout = 10 * time.Second
 	DefaultMinShare      = 128
+	// DefaultMaxInFlight is the number of batches committing at once
+	// when the Appender does not implement Concurrent.
+	DefaultMaxInFlight = 1
 )
 
 // CommitterConfig configures a Committer. The zero value is the documented
@@ -50,7 +53,8 @@ type CommitterConfig struct {
 	// MaxInFlight is how many batches may be committing at once. The
 	// default is the Appender's AppendConcurrency when it implements
 	// Concurrent (PostgreSQL: overlapping commits share WAL flushes), else
-	// 1 (a single-writer backend gains nothing from more).
+	// DefaultMaxInFlight, 1 (a single-writer backend gains nothing from
+	// more).
 	MaxInFlight int
 	// Clock is the time source (default the system clock).
 	Clock clock.Clock
@@ -83,7 +87,7 @@ func (c CommitterConfig) withDefaults(log Appender) (CommitterConfig, error) {
 		c.MinShare = DefaultMinShare
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1
+		c.MaxInFlight = DefaultMaxInFlight
 		if cc, ok := log.(Concurrent); ok && cc.AppendConcurrency() > 1 {
 			c.MaxInFlight = cc.AppendConcurrency()
 		}

@@ -31,7 +31,7 @@ type SharedConfig struct {
 	// means DefaultWindow. It should cover several Syncs of every
 	// process (the Controller syncs every Interval).
 	Window time.Duration
-	// Timeout bounds one Sync; 0 means 1 s.
+	// Timeout bounds one Sync; 0 means DefaultSharedTimeout.
 	Timeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -72,6 +72,9 @@ type series struct {
 // "{K#hk}:w", in the slot of a sub-counter labelled "hk".
 func WriteKey(key string) string { return keyspace.AuxKey(key, "hk", "w", "") }
 
+// DefaultSharedTimeout bounds one Sync when SharedConfig.Timeout is 0.
+const DefaultSharedTimeout = time.Second
+
 // NewShared returns a Shared for cfg. The caller's SharedConfig is not
 // modified.
 func NewShared(cfg SharedConfig) (*Shared, error) {
@@ -85,7 +88,7 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 		cfg.Window = DefaultWindow
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = time.Second
+		cfg.Timeout = DefaultSharedTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

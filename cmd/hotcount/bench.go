@@ -225,7 +225,7 @@ func runBenchLongTail(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&c.DirectClients, "direct-clients", 0, "also run the direct case with this many tail callers (a direct load near the proxy's rate); 0: not")
 	fs.StringVar(&paths, "paths", "proxy,library", "proxy, library or both")
 	fs.StringVar(&workloads, "workloads", "tail,mixed", "tail, mixed and reads (cold GETs of the tail, proxy pair only)")
-	fs.StringVar(&c.Benchmark, "redis-benchmark", "redis-benchmark", "the redis-benchmark program")
+	fs.StringVar(&c.Benchmark, "redis-benchmark", bench.DefaultBenchmark, "the redis-benchmark program")
 	fs.StringVar(&c.Store, "store", bench.DefaultTailStore, "durable store of the hotcount side: embedded (a SQLite store in a temporary folder, with its checkpoints, as serve and proxy --data run) or none (no checkpoints, as proxy without --data or --postgres)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	sec.register(fs)

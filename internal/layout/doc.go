@@ -13,4 +13,8 @@
 //     exported by the root.
 //   - A limit is defined once: the largest number of sub-counters is
 //     keyspace.MaxN, and every other name for it refers to it.
+//   - Every default is an exported constant: a library package that
+//     gives a zero Config field its default (if c.Nodes == 0 {...},
+//     c.Timeout = or(c.Timeout, ...)) names a Default… constant, never a
+//     number or duration written where it is applied.
 package layout

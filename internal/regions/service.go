@@ -32,6 +32,8 @@ const (
 	// DefaultReadTTL is how long a counter's region hash is cached for
 	// reads.
 	DefaultReadTTL = time.Second
+	// DefaultTimeout bounds each round trip to a region's Redis.
+	DefaultTimeout = 2 * time.Second
 	// DefaultRetention is how long a counter's region records are kept
 	// after it was cleared or expired here before they are collected.
 	DefaultRetention = 24 * time.Hour
@@ -106,7 +108,7 @@ type Config struct {
 	// ReadTTL is how long a region hash is cached for reads (0:
 	// DefaultReadTTL; negative: not cached).
 	ReadTTL time.Duration
-	// Timeout bounds each round trip (0: 2 s).
+	// Timeout bounds each round trip (0: DefaultTimeout).
 	Timeout time.Duration
 	// Batch is the most counters one outbox shard gives a round (0:
 	// DefaultBatch; below 50, 50: an outbox entry holds up to 50).
@@ -215,7 +217,7 @@ func New(cfg Config) (*Service, error) {
 	cfg.LeaseTTL = or(cfg.LeaseTTL, max(5*cfg.Interval, 2*time.Second))
 	cfg.Settle = or(cfg.Settle, cfg.Interval)
 	cfg.ReadTTL = or(cfg.ReadTTL, DefaultReadTTL)
-	cfg.Timeout = or(cfg.Timeout, 2*time.Second)
+	cfg.Timeout = or(cfg.Timeout, DefaultTimeout)
 	cfg.Batch = or(cfg.Batch, DefaultBatch)
 	cfg.Retention = or(cfg.Retention, DefaultRetention)
 	cfg.Clock = clock.OrReal(cfg.Clock)

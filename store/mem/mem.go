@@ -26,9 +26,12 @@ import (
 	"github.com/hotcount/hotcount/store"
 )
 
+// DefaultNodes is the number of simulated nodes when Config.Nodes is 0.
+const DefaultNodes = 3
+
 // Config configures the embedded store. The zero value is usable.
 type Config struct {
-	// Nodes is the number of simulated nodes; 0 means 3.
+	// Nodes is the number of simulated nodes; 0 means DefaultNodes.
 	Nodes int
 	// Clock is used for token expiry; nil means the system clock.
 	Clock clock.Clock
@@ -99,7 +102,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: Nodes must be 0..1024, got %d", ErrConfig, cfg.Nodes)
 	}
 	if cfg.Nodes == 0 {
-		cfg.Nodes = 3
+		cfg.Nodes = DefaultNodes
 	}
 	names := make([]string, cfg.Nodes)
 	s := &Store{now: clock.OrReal(cfg.Clock).Now, nodes: make([]*node, cfg.Nodes)}
