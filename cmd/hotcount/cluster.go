@@ -21,6 +21,9 @@ const (
 	clusterUpTimeout     = 2 * time.Minute
 	clusterStatusTimeout = 10 * time.Second
 	defaultClusterDir    = "hotcount-cluster"
+	// defaultClusterReplicas gives each primary of `cluster up` one
+	// replica, so that failover can be tried.
+	defaultClusterReplicas = 1
 )
 
 const clusterUsage = `Usage: hotcount cluster <up|down|status> [flags]
@@ -68,8 +71,8 @@ func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("cluster up", stdout, stderr)
 	dir := fs.String("dir", defaultClusterDir, "directory for node data, logs, pidfiles and the state file")
 	port := fs.Int("port", 0, "port of the first node; nodes use port..port+n-1 (0 picks free ports)")
-	primaries := fs.Int("primaries", 3, "number of primaries")
-	replicas := fs.Int("replicas", 1, "replicas per primary")
+	primaries := fs.Int("primaries", rediscluster.DefaultPrimaries, "number of primaries")
+	replicas := fs.Int("replicas", defaultClusterReplicas, "replicas per primary")
 	nodeCPU := fs.String("node-cpu", "", "CPU quota of each node as a share of one CPU, e.g. 10% (a cgroup per node; needs root or a delegated cgroup)")
 	regionList := fs.String("regions", "", "start one cluster per region, e.g. eu,us: each in DIR/NAME, the i-th (from 0) at port+i*100 when --port is set")
 	if code, done := fs.parse(args); done {

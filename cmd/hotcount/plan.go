@@ -23,9 +23,9 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&in.N, "n", 0, "sub-counter count to evaluate (0 = derive)")
 	fs.Float64Var(&in.Headroom, "headroom", 0, "headroom factor when deriving n, e.g. 1.5 (0 = none)")
 	fs.IntVar(&in.Procs, "procs", 0, "processes writing the counter (0 = not given: buffering not evaluated)")
-	fs.DurationVar(&in.Flush, "flush", 0, "buffer flush interval, with --procs (0 = 500ms)")
+	fs.DurationVar(&in.Flush, "flush", 0, "buffer flush interval, with --procs (0 = "+plan.DefaultFlush.String()+")")
 	fs.Float64Var(&in.ReadRate, "read-rate", 0, "reads per second of the counter, over all processes")
-	fs.DurationVar(&in.ReadCacheTTL, "read-cache-ttl", 0, "summed-read cache TTL (0 = 1s)")
+	fs.DurationVar(&in.ReadCacheTTL, "read-cache-ttl", 0, "summed-read cache TTL (0 = "+plan.DefaultReadCacheTTL.String()+")")
 	fs.DurationVar(&in.LossWindow, "loss-window", 0, "acceptable loss window; 0 asks for durable mode (unset = no limit)")
 	fs.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	if code, done := fs.parse(args); done {

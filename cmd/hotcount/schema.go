@@ -112,7 +112,7 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.AdminListen }},
 	{name: setRESPPassword, typ: "string", doc: "password Redis clients must AUTH with (not a Redis credential)", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPPassword }},
-	{name: setRESPProcs, typ: "int", def: "1", doc: "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all; left unset, a GOMAXPROCS variable is kept", cmds: cmdProxy,
+	{name: setRESPProcs, typ: "int", def: strconv.Itoa(defaultRESPProcs), doc: "CPUs the proxy runs Go code on at once (GOMAXPROCS), 0 for all; left unset, a GOMAXPROCS variable is kept", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPProcs }},
 	{name: setRESPMaxBulk, typ: "bytes", def: strconv.Itoa(proxy.DefaultMaxBulkLen), doc: "largest bulk argument a client may send (Redis's proto-max-bulk-len); a longer one is refused on its header; at least 1 MiB (1048576), Redis's floor", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPMaxBulkLen }},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,66 @@ func TestEnvTypos(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestSchemaDefaultsApplied: a setting of the command itself (not a field
+// of the library's Config, whose defaults the library applies) left out
+// of every source loads as the default the schema shows in the reference
+// and the flag help; a default written twice, once in the schema and once
+// where the loader applies it, cannot drift apart.
+func TestSchemaDefaultsApplied(t *testing.T) {
+	// The proxy's input limits load as 0 and the proxy applies its
+	// defaults, the constants the schema shows.
+	appliedByProxy := map[string]bool{setRESPMaxBulk: true, setRESPQueryBuf: true, setRESPBudget: true}
+	checked := 0
+	for _, s := range settings {
+		if s.lib != "" || s.def == "" || s.fileOnly || appliedByProxy[s.name] {
+			continue
+		}
+		for _, cmd := range []cmdSet{cmdServe, cmdProxy} {
+			if s.cmds&cmd == 0 || (cmd == cmdProxy && s.name == setData) {
+				continue // the proxy has no data folder unless given one
+			}
+			flags := map[string]string{}
+			if cmd == cmdProxy {
+				flags[setRedis] = "127.0.0.1:1"
+			}
+			c, err := loadConfigFor(cmd, flags, env(nil))
+			if err != nil {
+				t.Fatalf("%s: %v", cmd, err)
+			}
+			var got string
+			switch p := s.ptr(&c).(type) {
+			case *string:
+				got = *p
+			case *bool:
+				got = strconv.FormatBool(*p)
+			case **bool:
+				got = "<unset>"
+				if *p != nil {
+					got = strconv.FormatBool(**p)
+				}
+			case *int:
+				got = strconv.Itoa(*p)
+			case **int:
+				got = "<unset>"
+				if *p != nil {
+					got = strconv.Itoa(**p)
+				}
+			case *int64:
+				got = strconv.FormatInt(*p, 10)
+			default:
+				t.Errorf("%s: no comparison for %T", s.name, p)
+				continue
+			}
+			checked++
+			if got != s.def && !(got == "<unset>" && (s.def == "false" || s.def == "true")) {
+				t.Errorf("hotcount %s: %s loads as %s with nothing given; the schema shows the default %s", cmd, s.name, got, s.def)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d defaults", checked)
 	}
 }

@@ -14,6 +14,13 @@ import (
 	"github.com/hotcount/hotcount"
 )
 
+// Defaults of the soak's flags.
+const (
+	defaultSoakDuration = 10 * time.Minute
+	defaultSoakKeys     = 1000
+	defaultSoakInterval = 10 * time.Second
+)
+
 // Soak limits: the verdict allows this much growth between the first and
 // the last sample before it suspects a leak.
 const (
@@ -88,9 +95,9 @@ func (s *soakCounts) fail(err error) {
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("soak", stdout, stderr)
 	redis := fs.String("redis", "", "Redis seed addresses, comma-separated (empty: the embedded store)")
-	duration := fs.Duration("duration", 10*time.Minute, "how long to run")
-	keys := fs.Int("keys", 1000, "number of distinct counters")
-	interval := fs.Duration("interval", 10*time.Second, "time between samples")
+	duration := fs.Duration("duration", defaultSoakDuration, "how long to run")
+	keys := fs.Int("keys", defaultSoakKeys, "number of distinct counters")
+	interval := fs.Duration("interval", defaultSoakInterval, "time between samples")
 	asJSON := fs.Bool("json", false, "print JSON lines")
 	keep := fs.Bool("keep", false, "keep the counters the run wrote (default: clear them at the end)")
 	var sec redisSecurity

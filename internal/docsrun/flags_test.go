@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // commandFlags returns the flags of every command and subcommand of the
@@ -177,5 +178,108 @@ func TestCLIGuideHasEveryFlag(t *testing.T) {
 				t.Errorf("docs/cli.md: the row of hotcount %s does not show --%s", c, f)
 			}
 		}
+	}
+}
+
+// commandDefaults returns, for every command and subcommand, the default
+// its --help shows for each flag that has one ("bench longtail" →
+// "keys" → "200000"), quotes taken off.
+func commandDefaults(t *testing.T, bin string) map[string]map[string]string {
+	t.Helper()
+	flagStart := regexp.MustCompile(`^\s+--([a-z][a-z0-9-]*)\b`)
+	def := regexp.MustCompile(`\(default "?(.*?)"?\)$`)
+	out := map[string]map[string]string{}
+	for c := range commandFlags(t, bin) {
+		help, err := exec.Command(bin, append(strings.Fields(c), "--help")...).Output()
+		if err != nil {
+			t.Fatalf("hotcount %s --help: %v", c, err)
+		}
+		out[c] = map[string]string{}
+		_, flags, ok := strings.Cut(string(help), "\nFlags:\n")
+		if !ok {
+			continue
+		}
+		flags, _, _ = strings.Cut(flags, "\nExamples:")
+		name := ""
+		for _, line := range strings.Split(flags, "\n") {
+			if m := flagStart.FindStringSubmatch(line); m != nil {
+				name = m[1]
+				continue
+			}
+			if m := def.FindStringSubmatch(strings.TrimSpace(line)); m != nil && name != "" {
+				out[c][name] = m[1]
+			}
+		}
+	}
+	return out
+}
+
+// rowOption is one optional flag with a value in a row of docs/cli.md:
+// "[--keys 200000]"; an option of alternatives ("[--n N | --n 1,2,4,8]")
+// is not one.
+var rowOption = regexp.MustCompile(`\[--([a-z][a-z0-9-]*) ([^\]\[|\s]+)\]`)
+
+// placeholder is a value that stands for what the user gives: N, ADDRS, A.
+var placeholder = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// sameDefault reports whether the value a doc shows is the default the
+// help shows: the same text, or the same duration (10m and 10m0s).
+func sameDefault(doc, help string) bool {
+	if doc == help {
+		return true
+	}
+	a, errA := time.ParseDuration(doc)
+	b, errB := time.ParseDuration(help)
+	return errA == nil && errB == nil && a == b
+}
+
+// TestCLIGuideDefaults: a value docs/cli.md's table shows for an optional
+// flag ([--keys 200000], [--duration 10m]) is the default that command's
+// --help shows for it, when the help shows one: the table reads as the
+// defaults. A placeholder (N, ADDRS) and an option of alternatives are not
+// looked at.
+func TestCLIGuideDefaults(t *testing.T) {
+	bin := filepath.Join(hotcountBin(t), "hotcount")
+	defaults := commandDefaults(t, bin)
+	data, err := os.ReadFile(filepath.Join(root, "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for i, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "| `hotcount ") {
+			continue
+		}
+		cell := strings.SplitN(line, " | ", 2)[0]
+		for _, part := range strings.Split(cell, "`, `") {
+			part = strings.Trim(strings.TrimPrefix(part, "| "), "`")
+			if !strings.HasPrefix(part, "hotcount ") {
+				part = "hotcount " + part // `cluster status`
+			}
+			name := ""
+			for c := range defaults {
+				if (strings.HasPrefix(part, "hotcount "+c+" ") || part == "hotcount "+c) && len(c) > len(name) {
+					name = c
+				}
+			}
+			if name == "" || name == "serve" || name == "proxy" {
+				continue // serve's and proxy's defaults are docs/configuration.md's
+			}
+			for _, m := range rowOption.FindAllStringSubmatch(strings.ReplaceAll(part, `\|`, "|"), -1) {
+				flag, val := m[1], m[2]
+				def, ok := defaults[name][flag]
+				if !ok || placeholder.MatchString(val) {
+					continue
+				}
+				checked++
+				if !sameDefault(val, def) {
+					t.Errorf("docs/cli.md:%d: hotcount %s [--%s %s]: the default is %s", i+1, name, flag, val, def)
+				}
+			}
+		}
+	}
+	t.Logf("checked %d defaults", checked)
+	if checked < 10 {
+		t.Fatalf("checked only %d defaults in docs/cli.md", checked)
 	}
 }

@@ -14,18 +14,21 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Cluster defaults and limits.
+// DefaultPrimaries is the number of primaries when
+// ClusterOptions.Primaries is 0.
+const DefaultPrimaries = 3
+
+// Cluster limits.
 const (
-	defaultPrimaries = 3
-	numSlots         = 16384
-	createTimeout    = 60 * time.Second // StartCluster, when ctx has no deadline
-	maxRedirects     = 5
+	numSlots      = 16384
+	createTimeout = 60 * time.Second // StartCluster, when ctx has no deadline
+	maxRedirects  = 5
 )
 
 // ClusterOptions configures StartCluster. The zero value is 3 primaries
 // without replicas on free ports in a temporary directory.
 type ClusterOptions struct {
-	// Primaries is the number of primaries; 0 means 3.
+	// Primaries is the number of primaries; 0 means DefaultPrimaries.
 	Primaries int
 	// Replicas is the number of replicas per primary; 0 means none.
 	Replicas int
@@ -63,7 +66,7 @@ type Cluster struct {
 // start is bounded by 60 s.
 func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if o.Primaries == 0 {
-		o.Primaries = defaultPrimaries
+		o.Primaries = DefaultPrimaries
 	}
 	if o.Primaries < 0 || o.Replicas < 0 {
 		return nil, fmt.Errorf("%w: %d primaries, %d replicas", ErrInvalidOptions, o.Primaries, o.Replicas)
