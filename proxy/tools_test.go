@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,6 +206,23 @@ func TestMetricsPromtool(t *testing.T) {
 	for _, want := range []string{"hotcount_proxy_commands_total", "hotcount_buffer_unflushed_delta", "go_goroutines"} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics has no %s:\n%s", want, body)
+		}
+	}
+	// The metrics docs/proxy.md says the admin port serves: every name
+	// (a family, `hotcount_buffer_*`, at least one) is in the scrape.
+	doc, err := os.ReadFile("../docs/proxy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, admin, _ := strings.Cut(string(doc), "**Admin port**")
+	admin, _, _ = strings.Cut(admin, "\n\n")
+	names := regexp.MustCompile(`hotcount_[a-z0-9_]*(?:[a-z0-9]|_\*)`).FindAllString(admin, -1)
+	if len(names) < 3 {
+		t.Fatalf("docs/proxy.md's Admin port paragraph names %d metrics", len(names))
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`(?m)^# TYPE ` + strings.ReplaceAll(regexp.QuoteMeta(name), `\*`, `\w*`) + ` `).Match(body) {
+			t.Errorf("docs/proxy.md says the admin port's /metrics has %s; it has not", name)
 		}
 	}
 	cmd := exec.Command(bin, "check", "metrics")
