@@ -43,7 +43,9 @@
 // flag (`--rounds`) against the flags of every command.
 // TestCLIGuideHasEveryFlag checks the other way: docs/cli.md's table shows
 // every flag of every command but serve and proxy (whose flags are the
-// settings of docs/configuration.md) in that command's row.
+// settings of docs/configuration.md) in that command's row, and
+// TestCLIGuideDefaults that a value the row shows for an optional flag
+// ([--keys 200000]) is the default the command's --help shows.
 //
 // TestGoBlocksCompile compiles the ```go blocks of README.md and
 // docs/library.md against the repository, in a module of their own.
