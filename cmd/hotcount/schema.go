@@ -663,11 +663,26 @@ func libField(v reflect.Value, path string) reflect.Value {
 // *tls.Config), so the file has no way to it.
 func codeOnly(f reflect.StructField) bool { return f.Tag.Get("config") == "code" }
 
+// fileOnlyList names the settings only the file holds, for the
+// reference: "` + "`namespaces`" + `, ..." in the schema's order.
+func fileOnlyList() string {
+	var names []string
+	for _, s := range settings {
+		if s.fileOnly {
+			names = append(names, "`"+s.name+"`")
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
 // configReference is docs/configuration.md, generated from the schema.
 func configReference() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w(`# Configuration
+	b.WriteString(`# Configuration
 
 <!-- Generated from cmd/hotcount/schema.go; do not edit. After changing
 the schema: HOTCOUNT_UPDATE_DOCS=1 go test -run TestConfigReference ./cmd/hotcount -->
@@ -682,8 +697,8 @@ with dashes for underscores (` + "`token_file`" + `: ` + "`--token-file`" + `,
 in the file (` + "`auto_n: {budget: 20000}`" + `) and are named with ` + "`auto_n_`" + `
 elsewhere (` + "`--auto-n-budget`" + `, ` + "`HOTCOUNT_AUTO_N_BUDGET`" + `). A number, byte
 count or duration set to 0 takes its default, as if it were left out
-(` + "`--timeout 0`" + ` is 2s, not no bound), except ` + "`resp_procs`" + ` (0: every CPU). Only the file can
-list namespaces and scoped tokens (they are lists of records); each of
+(` + "`--timeout 0`" + ` is ` + hotcount.DefaultTimeout.String() + `, not no bound), except ` + "`resp_procs`" + ` (0: every CPU). Only the file can
+list ` + fileOnlyList() + ` (they are lists of records); each of
 their fields is below.
 
 The merged result is validated at start: a bad value exits with status 2
