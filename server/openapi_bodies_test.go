@@ -169,12 +169,26 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := newTestServer(t, inRegion{apiClient(t)}, Config{Token: "tok"})
+	s, _ := newTestServer(t, inRegion{apiClient(t)}, Config{Tokens: []Token{
+		{Name: "all", Secret: "tok", Scopes: []Scope{ScopeRead, ScopeWrite, ScopeAdmin, ScopeMetrics}},
+		{Name: "reader", Secret: "rd", Scopes: []Scope{ScopeRead}, Prefixes: []string{"likes:"}},
+	}})
 	auth := []string{"Authorization", "Bearer tok"}
-	for _, tc := range []struct {
+	type request struct {
 		method, route, target, body string
 		noToken                     bool
-	}{
+	}
+	// A token that lacks the scope, or a counter outside its prefixes.
+	for _, tc := range []request{
+		{"POST", "/v1/counters/{key}/incr", "/v1/counters/likes:1/incr", `{"by":1}`, false},
+		{"GET", "/v1/counters/{key}", "/v1/counters/paid:1", ``, false},
+		{"GET", "/v1/stats", "/v1/stats", ``, false},
+		{"GET", "/metrics", "/metrics", ``, false},
+	} {
+		r := call(t, s, tc.method, tc.target, tc.body, "Authorization", "Bearer rd")
+		spec.checkAnswer(t, tc.method, tc.route, tc.target+" (reader)", r)
+	}
+	for _, tc := range []request{
 		{"POST", "/v1/counters/{key}/incr", "/v1/counters/likes:1/incr", `{"by":3}`, false},
 		{"POST", "/v1/counters/{key}/incr", "/v1/counters/likes:1/incr", ``, false},
 		{"POST", "/v1/counters/{key}/incr", "/v1/counters/views:1/incr", `{"by":2}`, false},
@@ -224,34 +238,42 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 			hdr = auth
 		}
 		r := call(t, s, tc.method, tc.target, tc.body, hdr...)
-		op, ok := spec.Paths[tc.route][strings.ToLower(tc.method)]
-		if !ok {
-			t.Fatalf("openapi.json has no %s %s", tc.method, tc.route)
-		}
-		resp, ok := op.Responses[fmt.Sprint(r.status)]
-		if !ok {
-			t.Errorf("%s: %d, which openapi.json does not document for %s %s (%s)", name, r.status, tc.method, tc.route, strings.TrimSpace(r.raw))
-			continue
-		}
-		if resp.Ref != "" {
-			resp = spec.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]
-		}
-		c, ok := resp.Content["application/json"]
-		if !ok || c.Schema == nil {
-			continue
-		}
-		if r.body == nil {
-			t.Errorf("%s: %d with a body that is not JSON: %q", name, r.status, r.raw)
-			continue
-		}
-		var v any
-		dec := json.NewDecoder(strings.NewReader(r.raw))
-		dec.UseNumber()
-		if err := dec.Decode(&v); err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range spec.check(c.Schema, v, "body") {
-			t.Errorf("%s: %d: %s (%s)", name, r.status, b, strings.TrimSpace(r.raw))
-		}
+		spec.checkAnswer(t, tc.method, tc.route, name, r)
+	}
+}
+
+// checkAnswer fails t when the answer r to method on route is a status
+// the operation does not document, or a JSON body its schema does not
+// allow.
+func (sp *apiSpec) checkAnswer(t *testing.T, method, route, name string, r reply) {
+	t.Helper()
+	op, ok := sp.Paths[route][strings.ToLower(method)]
+	if !ok {
+		t.Fatalf("openapi.json has no %s %s", method, route)
+	}
+	resp, ok := op.Responses[fmt.Sprint(r.status)]
+	if !ok {
+		t.Errorf("%s: %d, which openapi.json does not document for %s %s (%s)", name, r.status, method, route, strings.TrimSpace(r.raw))
+		return
+	}
+	if resp.Ref != "" {
+		resp = sp.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]
+	}
+	c, ok := resp.Content["application/json"]
+	if !ok || c.Schema == nil {
+		return
+	}
+	if r.body == nil {
+		t.Errorf("%s: %d with a body that is not JSON: %q", name, r.status, r.raw)
+		return
+	}
+	var v any
+	dec := json.NewDecoder(strings.NewReader(r.raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range sp.check(c.Schema, v, "body") {
+		t.Errorf("%s: %d: %s (%s)", name, r.status, b, strings.TrimSpace(r.raw))
 	}
 }
