@@ -899,3 +899,71 @@ func TestRegionsPeerNodeEmptied(t *testing.T) {
 		converge(t, k, v, clients)
 	}
 }
+
+// TestRegionsOutboxLost: a region's cache comes back empty while its link
+// to the peer is cut, with counters first written during the cut still in
+// its outbox (never shipped, so its durable store holds no part of them).
+// The region restores them (fast: from checkpoints; durable: from its
+// log) and, once the link heals, the peer reads them too.
+func TestRegionsOutboxLost(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
+	w := newWorld(t, "eu", "us")
+	var restored atomic.Int64
+	clients := map[string]*hotcount.Client{
+		"eu": w.client(t, "eu", func(cfg *hotcount.Config) {
+			durableRegion(t, 200*time.Millisecond)(cfg)
+			cfg.Durability.CheckpointInterval = time.Hour
+			cfg.Durability.OnRestore = func(hotcount.Restore) { restored.Add(1) }
+		}),
+		"us": w.client(t, "us", nil),
+	}
+	ctx := context.Background()
+	if err := clients["eu"].Incr(ctx, "old:1", 5); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, "old:1", 5, clients)
+	w.isolate("eu", true)
+	want := map[string]int64{"old:1": 5}
+	for i := range 16 {
+		for _, k := range []string{fmt.Sprintf("new:%d", i), fmt.Sprintf("d:new:%d", i)} {
+			if err := clients["eu"].Incr(ctx, k, int64(i+1)); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = int64(i + 1)
+		}
+	}
+	// The marks are in eu's outbox (the link is cut), and the fast
+	// counters in a checkpoint.
+	waitFor(t, "eu's marks in its outbox", func() (bool, string) {
+		n := 0
+		for s := range regions.Shards {
+			v, err := w.clusters["eu"].Do(ctx, "XLEN", fmt.Sprintf("hotcount:rg:outbox:{hotcount-rg-%d}:us", s))
+			if err != nil {
+				return false, err.Error()
+			}
+			if v != "0" {
+				n++
+			}
+		}
+		return n > 0, fmt.Sprintf("%d outbox shards hold entries", n)
+	})
+	if _, err := clients["eu"].Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.clusters["eu"].FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "eu to restore its cache", func() (bool, string) {
+		_, _ = clients["eu"].Checkpoint(ctx) // a round finds the lost nodes
+		return restored.Load() > 0, "no restore"
+	})
+	// eu reads its own counters back (the durable ones healed from the
+	// log) before the link heals.
+	for k, v := range want {
+		converge(t, k, v, map[string]*hotcount.Client{"eu": clients["eu"]})
+	}
+	w.isolate("eu", false)
+	for k, v := range want {
+		converge(t, k, v, clients)
+	}
+}

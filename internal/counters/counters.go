@@ -358,8 +358,12 @@ func (o *Ops) StartRegions(cfg RegionsConfig) (*regions.Service, error) {
 	if fl := o.table.FlushIntervals(); len(fl) > 0 {
 		settle = max(settle, fl[len(fl)-1]+cfg.Timeout)
 	}
+	var known func(context.Context) ([]string, error)
+	if o.dur != nil {
+		known = o.dur.Counters
+	}
 	reg, err := regions.New(regions.Config{
-		Region: o.region, Local: cfg.Local, Peers: cfg.Peers, Totals: o.regionTotals(), Durable: dr,
+		Region: o.region, Local: cfg.Local, Peers: cfg.Peers, Totals: o.regionTotals(), Durable: dr, Counters: known,
 		Retention: cfg.Retention,
 		Deadlines: o.eng.Deadlines, Expire: o.ownDeadline, Ended: o.regionEnded,
 		Expiring: func(key string) bool { return o.table.Lookup(key).TTL != 0 },

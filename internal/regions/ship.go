@@ -836,6 +836,20 @@ func (s *Service) Resync(ctx context.Context) error {
 	if err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Del().Key(seen...).Build()).Error(); err != nil {
 		return fmt.Errorf("regions: resync: %w", err)
 	}
+	if s.cfg.Counters != nil {
+		// The counters restored from the durable store, shipped or not.
+		keys, err := s.cfg.Counters(ctx)
+		if err != nil {
+			return fmt.Errorf("regions: resync: %w", err)
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), s.cfg.Batch)
+			if err := mark(ctx, s.cfg.Local, keys[:n], s.outboxes); err != nil {
+				return err
+			}
+			keys = keys[n:]
+		}
+	}
 	if s.cfg.Durable == nil {
 		return nil
 	}
