@@ -119,19 +119,19 @@ func (c *conn) allNodes(ctx context.Context) (addrs []string, nodes map[string]r
 	}
 	up := c.s.upstream(c.proto)
 	nodes = up.Nodes()
-	// CLUSTER NODES from the first node that answers: the cluster client
-	// sends it to any one node, which may be the one that is down.
-	known := make([]string, 0, len(nodes))
-	for a := range nodes {
-		known = append(known, a)
-	}
-	sort.Strings(known)
+	// CLUSTER NODES from the first node that answers as a member of the
+	// cluster: the cluster client sends it to any one node, which may be
+	// the one that is down, or one removed from the cluster (reset, it
+	// lists itself alone, without slots).
 	var text string
 	err = errors.New("no node is known")
-	for _, a := range known {
+	for _, a := range sortedAddrs(nodes) {
 		n := nodes[a]
 		if text, err = n.Do(ctx, n.B().ClusterNodes().Build()).ToString(); err == nil {
-			break
+			if listsSlots(text) {
+				break
+			}
+			err = fmt.Errorf("node %s lists no slot in CLUSTER NODES", a)
 		}
 	}
 	if err != nil {
@@ -164,6 +164,16 @@ func (c *conn) allNodes(ctx context.Context) (addrs []string, nodes map[string]r
 		}
 	}
 	return addrs, nodes, down, release, nil
+}
+
+// listsSlots reports whether a CLUSTER NODES text gives a node slots.
+func listsSlots(text string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if len(strings.Fields(line)) > 8 {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterNodeAddrs returns the addresses CLUSTER NODES lists, sorted, but

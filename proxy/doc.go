@@ -133,7 +133,16 @@
 //
 // MULTI/EXEC and WATCH run on a rueidis dedicated connection bound to the
 // slot of the transaction's first key; a key of another slot in the same
-// transaction answers CROSSSLOT and EXEC then answers EXECABORT. Blocking
+// transaction answers CROSSSLOT and EXEC then answers EXECABORT. When the
+// cluster moves that slot while the transaction is open (a MOVED or ASK
+// on the dedicated connection, which rueidis does not follow), the proxy
+// sends the transaction again to the node the redirection names (tx.go);
+// a WATCH on the old owner is lost with the slot, and EXEC answers nil.
+// The primaries that keyless commands reach are read from the cluster
+// (CLUSTER SLOTS, from a node that answers with slots: a node removed
+// from the cluster answers none) each time; one that joined since
+// rueidis last read its map is connected to through a MOVED from its
+// slot's old owner. Blocking
 // commands (BLPOP, BLMOVE, XREAD BLOCK, ...) run on rueidis's blocking
 // pool for as long as they ask; while one blocks, a second goroutine reads
 // the client (from a duplicate of its socket's descriptor), so that a

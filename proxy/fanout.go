@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -173,10 +174,25 @@ func (c *conn) primaries(ctx context.Context) ([]string, map[string]rueidis.Clie
 		return addrs[:min(1, len(addrs))], nodes, nil
 	}
 	slots, err := up.Do(ctx, up.B().ClusterSlots().Build()).ToArray()
+	if err != nil || len(slots) == 0 {
+		// rueidis sends it to any node it knows, which may be down, or
+		// one removed from the cluster (reset, it answers no slots):
+		// ask the others in turn.
+		for _, a := range sortedAddrs(nodes) {
+			n := nodes[a]
+			if s, e := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray(); e == nil && len(s) > 0 {
+				slots, err = s, nil
+				break
+			}
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	seen := map[string]bool{}
+	if len(slots) == 0 {
+		return nil, nil, errors.New("no node answers CLUSTER SLOTS with a slot")
+	}
+	first := map[string]uint16{} // a slot of each primary
 	var addrs []string
 	for i := range slots {
 		r, err := slots[i].ToArray()
@@ -187,21 +203,48 @@ func (c *conn) primaries(ctx context.Context) ([]string, map[string]rueidis.Clie
 		if err != nil || len(n) < 2 {
 			continue
 		}
+		lo, _ := r[0].AsInt64()
 		host, _ := n[0].ToString()
 		port, _ := n[1].AsInt64()
 		a := host + ":" + strconv.FormatInt(port, 10)
-		if !seen[a] {
-			seen[a] = true
+		if _, ok := first[a]; !ok {
+			first[a] = uint16(lo)
 			addrs = append(addrs, a)
 		}
 	}
 	sort.Strings(addrs)
 	for _, a := range addrs {
-		if nodes[a] == nil {
+		if nodes[a] != nil {
+			continue
+		}
+		// A primary that joined the cluster after the proxy last read
+		// its map: a keyed command to one of its slots reaches the old
+		// owner, whose MOVED makes rueidis connect to it.
+		up.Do(ctx, up.B().Exists().Key(keyInSlot(first[a])).Build())
+		if nodes = up.Nodes(); nodes[a] == nil {
 			return nil, nil, fmt.Errorf("no connection to primary %s yet", a)
 		}
 	}
 	return addrs, nodes, nil
+}
+
+// sortedAddrs returns the addresses of nodes, sorted.
+func sortedAddrs(nodes map[string]rueidis.Client) []string {
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	return addrs
+}
+
+// keyInSlot returns a key that hashes to slot.
+func keyInSlot(slot uint16) string {
+	for i := 0; ; i++ {
+		if k := "hotcount:slot:" + strconv.Itoa(i); keyspace.Slot(k) == slot {
+			return k
+		}
+	}
 }
 
 // onPrimaries sends strs to every primary and returns the results in

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -14,6 +16,16 @@ import (
 // answered at once; it is sent upstream together with the first keyed
 // command (keyless commands queued before that are held and sent with
 // it), so that the dedicated connection is bound to the right slot.
+//
+// The cluster may move that slot while the transaction is open. A command
+// queued, or EXEC, on the slot's old owner is then answered MOVED (or ASK
+// while the slot migrates) and Redis runs nothing of the transaction, so
+// the proxy sends it again, MULTI and every command queued so far, on a
+// connection to the node the redirection names (after ASKING, for ASK),
+// and the client sees its transaction run as on one Redis. A transaction
+// that WATCHes cannot move: the watch stays on the old owner, whose
+// migration deleted the watched keys, so its EXEC answers nil, as when a
+// watched key changed, and the client's retry goes to the new owner.
 
 // txState is a connection's transaction.
 type txState struct {
@@ -24,8 +36,151 @@ type txState struct {
 	multiSent bool // MULTI was sent upstream
 	watching  bool
 	aborted   bool       // a queued command failed: EXEC answers EXECABORT
+	watchLost bool       // the watched slot moved: EXEC answers nil
+	asking    bool       // WATCH went to the node importing the slot (ASK)
 	held      [][]string // keyless commands queued before the slot is known
+	sent      []txCmd    // the commands queued upstream, to send again
 	shapes    []nullShape
+}
+
+// txCmd is a command queued upstream in a transaction.
+type txCmd struct {
+	strs []string
+	key  int
+}
+
+// maxTxMoves bounds how often one command of a transaction follows a
+// redirection before its client is answered TRYAGAIN.
+const maxTxMoves = 5
+
+// redirected returns the node a MOVED or ASK reply names.
+func redirected(res *rueidis.RedisResult) (addr string, ask, ok bool) {
+	var re *rueidis.RedisError
+	if !errors.As(res.Error(), &re) {
+		return "", false, false
+	}
+	if addr, ok = re.IsMoved(); ok {
+		return addr, false, true
+	}
+	addr, ok = re.IsAsk()
+	return addr, ok, ok
+}
+
+// drop gives back the transaction's upstream connection, leaving its
+// state: DISCARD or UNWATCH when needed (a connection that fails to is
+// closed rather than reused).
+func (t *txState) drop(c *conn) {
+	if t.dc == nil {
+		return
+	}
+	var cmd []string
+	switch {
+	case t.multiSent:
+		cmd = []string{"DISCARD"}
+	case t.watching:
+		cmd = []string{"UNWATCH"}
+	}
+	if cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
+		err := t.dc.Do(ctx, t.dc.B().Arbitrary(cmd...).Build()).Error()
+		cancel()
+		if err != nil {
+			t.dc.Close()
+		}
+	}
+	t.done()
+	t.dc, t.done, t.multiSent = nil, nil, false
+}
+
+// rebind moves the transaction to a dedicated connection to the node at
+// addr. A node rueidis has no connection to yet (one that joined the
+// cluster) is reached through a keyed command to the slot, whose MOVED
+// makes rueidis connect to it.
+func (t *txState) rebind(ctx context.Context, c *conn, addr string) error {
+	t.drop(c)
+	up := c.s.upstream(c.proto)
+	n := up.Nodes()[addr]
+	if n == nil && t.slot >= 0 {
+		up.Do(ctx, up.B().Exists().Key(keyInSlot(uint16(t.slot))).Build())
+		n = up.Nodes()[addr]
+	}
+	if n == nil {
+		return fmt.Errorf("no connection to %s, where the cluster moved slot %d", addr, t.slot)
+	}
+	t.dc, t.done = n.Dedicate()
+	return nil
+}
+
+// resend sends the transaction again on the node at addr: ASKING (for
+// ask), MULTI, every command queued so far, and EXEC when exec is set. It
+// follows further redirections, at most maxTxMoves in all, and returns
+// the results of the queued commands (and EXEC), or the error reply for
+// the client.
+func (t *txState) resend(ctx context.Context, c *conn, addr string, ask, exec bool) ([]rueidis.RedisResult, string) {
+	for moves := 1; ; moves++ {
+		if err := t.rebind(ctx, c, addr); err != nil {
+			return nil, upstreamError(err)
+		}
+		var cmds []rueidis.Completed
+		if ask {
+			cmds = append(cmds, t.dc.B().Arbitrary("ASKING").Build())
+		}
+		cmds = append(cmds, t.dc.B().Arbitrary("MULTI").Build())
+		for _, q := range t.sent {
+			cmds = append(cmds, c.build(q.strs, q.key))
+		}
+		if exec {
+			cmds = append(cmds, t.dc.B().Arbitrary("EXEC").Build())
+		}
+		res := t.dc.DoMulti(ctx, cmds...)
+		if ask {
+			res = res[1:]
+		}
+		if e := resultError(&res[0]); e != "" {
+			return nil, e
+		}
+		t.multiSent = true
+		res = res[1:]
+		again := false
+		for i := range res {
+			if addr, ask, again = redirected(&res[i]); again {
+				break
+			}
+		}
+		if !again {
+			if exec {
+				t.multiSent = false
+			}
+			return res, ""
+		}
+		if moves == maxTxMoves {
+			return nil, errRedirect
+		}
+	}
+}
+
+// moved answers the queued command whose reply was a redirection to addr:
+// the transaction goes to that node (see above), or, when it WATCHes, is
+// left to fail at EXEC.
+func (c *conn) moved(ctx context.Context, addr string, ask bool) {
+	t := &c.tx
+	if t.watching {
+		t.watchLost = true
+		c.out = appendStatus(c.out, "QUEUED")
+		return
+	}
+	res, e := t.resend(ctx, c, addr, ask, false)
+	if e != "" {
+		t.aborted = true
+		c.out = appendErr(c.out, e)
+		return
+	}
+	for i := 0; i < len(res)-1; i++ {
+		if res[i].Error() != nil {
+			t.aborted = true // already answered QUEUED; EXEC aborts
+		}
+	}
+	c.noteQueued(&res[len(res)-1])
 }
 
 const execAbort = "EXECABORT Transaction discarded because of previous errors."
@@ -34,24 +189,7 @@ const execAbort = "EXECABORT Transaction discarded because of previous errors."
 // (a connection that fails to is closed rather than reused), then gives
 // the dedicated connection back.
 func (t *txState) release(c *conn) {
-	if t.dc != nil {
-		var cmd []string
-		switch {
-		case t.multiSent:
-			cmd = []string{"DISCARD"}
-		case t.watching:
-			cmd = []string{"UNWATCH"}
-		}
-		if cmd != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
-			err := t.dc.Do(ctx, t.dc.B().Arbitrary(cmd...).Build()).Error()
-			cancel()
-			if err != nil {
-				t.dc.Close()
-			}
-		}
-		t.done()
-	}
+	t.drop(c)
 	*t = txState{slot: -1}
 }
 
@@ -72,7 +210,7 @@ func (c *conn) multi(args [][]byte) {
 		c.out = appendErr(c.out, "ERR MULTI calls can not be nested")
 		return
 	}
-	t.inMulti, t.aborted, t.held, t.shapes = true, false, nil, nil
+	t.inMulti, t.aborted, t.held, t.sent, t.shapes = true, false, nil, nil, nil
 	if t.dc == nil {
 		c.out = appendOK(c.out)
 		return
@@ -80,7 +218,14 @@ func (c *conn) multi(args [][]byte) {
 	// WATCHing: the connection is bound already.
 	ctx, cancel := c.timeout()
 	defer cancel()
-	res := t.dc.Do(ctx, t.dc.B().Arbitrary("MULTI").Build())
+	cmds := []rueidis.Completed{t.dc.B().Arbitrary("MULTI").Build()}
+	if t.asking {
+		// The watch is on the node importing the slot: ASKING lets
+		// the transaction run there.
+		cmds = append([]rueidis.Completed{t.dc.B().Arbitrary("ASKING").Build()}, cmds...)
+	}
+	all := t.dc.DoMulti(ctx, cmds...)
+	res := all[len(all)-1]
 	if res.Error() == nil {
 		t.multiSent = true
 	}
@@ -150,10 +295,19 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	if len(keys) > 0 {
 		key = keys[0]
 	}
-	cmd := c.build(strs, key)
 	t.shapes = append(t.shapes, shape)
+	if t.watchLost {
+		c.out = appendStatus(c.out, "QUEUED") // EXEC answers nil
+		return
+	}
+	cmd := c.build(strs, key)
 	if t.multiSent {
+		t.sent = append(t.sent, txCmd{strs, key})
 		res := t.dc.Do(ctx, cmd)
+		if addr, ask, ok := redirected(&res); ok {
+			c.moved(ctx, addr, ask)
+			return
+		}
 		c.noteQueued(&res)
 		return
 	}
@@ -164,15 +318,23 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	cmds := []rueidis.Completed{t.dc.B().Arbitrary("MULTI").Build()}
 	for _, h := range t.held {
 		cmds = append(cmds, c.build(h, -1))
+		t.sent = append(t.sent, txCmd{h, -1})
 	}
 	t.held = nil
 	cmds = append(cmds, cmd)
+	t.sent = append(t.sent, txCmd{strs, key})
 	res := t.dc.DoMulti(ctx, cmds...)
 	if e := resultError(&res[0]); e != "" {
 		fail(e)
 		return
 	}
 	t.multiSent = true
+	for i := 1; i < len(res); i++ {
+		if addr, ask, ok := redirected(&res[i]); ok {
+			c.moved(ctx, addr, ask)
+			return
+		}
+	}
 	for i := 1; i < len(res)-1; i++ {
 		if res[i].Error() != nil {
 			t.aborted = true // already answered QUEUED; EXEC aborts
@@ -203,6 +365,10 @@ func (c *conn) exec(args [][]byte) {
 		c.out = appendErr(c.out, execAbort)
 		t.release(c)
 		return
+	case t.watchLost:
+		c.out = appendNullArray(c.out, c.proto)
+		t.release(c)
+		return
 	}
 	ctx, cancel := c.timeout()
 	defer cancel()
@@ -211,6 +377,20 @@ func (c *conn) exec(args [][]byte) {
 	case t.multiSent:
 		res := t.dc.Do(ctx, t.dc.B().Arbitrary("EXEC").Build())
 		t.multiSent = false
+		// A slot moved since the commands were queued: Redis ran none
+		// of them.
+		if addr, ask, ok := redirected(&res); ok {
+			if t.watching {
+				c.out = appendNullArray(c.out, c.proto)
+				break
+			}
+			all, e := t.resend(ctx, c, addr, ask, true)
+			if e != "" {
+				c.out = appendErr(c.out, e)
+				break
+			}
+			res = all[len(all)-1]
+		}
 		c.appendResult(&res, &shape)
 	case t.dc == nil && len(t.held) == 0:
 		c.out = appendArray(c.out, 0)
@@ -288,6 +468,30 @@ func (c *conn) watch(args [][]byte) {
 	ctx, cancel := c.timeout()
 	defer cancel()
 	res := t.dc.Do(ctx, c.build(strs, 1))
+	for moves := 1; ; moves++ {
+		addr, ask, ok := redirected(&res)
+		if !ok || moves > maxTxMoves {
+			break
+		}
+		if t.watching {
+			// Keys watched before on the old owner: the watch cannot
+			// move with the slot.
+			t.watchLost = true
+			c.out = appendOK(c.out)
+			return
+		}
+		if err := t.rebind(ctx, c, addr); err != nil {
+			res = rueidis.NewErrorResult(err)
+			break
+		}
+		cmds := []rueidis.Completed{c.build(strs, 1)}
+		if ask {
+			cmds = append([]rueidis.Completed{t.dc.B().Arbitrary("ASKING").Build()}, cmds...)
+		}
+		all := t.dc.DoMulti(ctx, cmds...)
+		res = all[len(all)-1]
+		t.asking = ask
+	}
 	if res.Error() == nil {
 		t.watching = true
 	}
