@@ -63,7 +63,7 @@ func TestCounterCommands(t *testing.T) {
 				{[]string{"SET", k, "5", "EX", "10"}, "-ERR counter key '" + k + "' takes SET key <integer> without options\r\n"},
 				{[]string{"WATCH", k}, "-ERR WATCH is not supported on counter key"},
 				{[]string{"MULTI"}, "+OK\r\n"},
-				{[]string{"INCR", k}, "-ERR INCR INSIDE MULTI is not supported on counter key"},
+				{[]string{"INCR", k}, "-ERR INCR inside MULTI is not supported on counter key '" + k + "': counter keys take no part in transactions (outside MULTI they accept GET, MGET, SET <integer>, INCR, INCRBY, DECR, DECRBY, DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST)\r\n"},
 				{[]string{"EXEC"}, "-EXECABORT Transaction discarded because of previous errors.\r\n"},
 				{[]string{"SET", k, "7"}, "+OK\r\n"},
 				{[]string{"GET", k}, "$1\r\n7\r\n"},

@@ -428,6 +428,13 @@ func notForCounters(name, key string) string {
 		strings.ToUpper(name), key, counterNames)
 }
 
+// counterInMulti is the error for a counter key named inside MULTI: its
+// command may be one counter keys accept outside a transaction.
+func counterInMulti(name, key string) string {
+	return fmt.Sprintf("ERR %s inside MULTI is not supported on counter key '%.200s': counter keys take no part in transactions (outside MULTI they accept %s)",
+		strings.ToUpper(name), key, counterNames)
+}
+
 // replyOf returns the reply mode of the counter namespace of key.
 func (c *conn) replyOf(ns hotcount.Namespace) Reply {
 	if r, ok := c.s.cfg.Replies[ns.Prefix]; ok {

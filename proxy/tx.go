@@ -269,7 +269,7 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 			return
 		}
 		if _, isCounter := c.s.counters.Namespace(strs[k]); isCounter {
-			fail(notForCounters(name+" inside MULTI", strs[k]))
+			fail(counterInMulti(name, strs[k]))
 			return
 		}
 	}
