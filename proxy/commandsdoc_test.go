@@ -106,6 +106,11 @@ func TestCommandsDocMatchesProxy(t *testing.T) {
 			if !strings.HasPrefix(reply, "-ERR") || !strings.Contains(reply, "hotcount proxy") {
 				t.Errorf("the page says the proxy refuses %s; %v answered %q", name, cmd, reply)
 			}
+			if strings.Contains(name, " ") && !strings.Contains(reply, name) {
+				// FUNCTION LIST is served: the refusal of FUNCTION
+				// KILL must say which subcommand it refuses.
+				t.Errorf("%v: the refusal does not name %s: %q", cmd, name, reply)
+			}
 		}
 		for _, sub := range []string{"CLIENT", "CLUSTER"} {
 			if !strings.Contains(sec, "`"+sub+"` subcommands other than those above") {

@@ -415,7 +415,12 @@ func unknownCommand(args [][]byte) string {
 func (c *conn) refuse(args [][]byte) {
 	c.s.stats.refused.Add(1)
 	var nb [32]byte
-	c.out = appendErr(c.out, "ERR "+refusal(string(lower(nb[:0], args[0]))))
+	name := string(lower(nb[:0], args[0]))
+	if (name == "config" || name == "function") && len(args) > 1 {
+		// Other subcommands are served: name the one refused.
+		name += " " + strings.ToLower(string(args[1]))
+	}
+	c.out = appendErr(c.out, "ERR "+refusal(name))
 }
 
 // counterNames lists what counter keys accept, for error messages.
