@@ -119,6 +119,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.eng.SetBehind(c.dur.Behind)
 		if !s.Durability.NoStartupRepair {
 			if err := c.dur.Startup(ctx); err != nil {
+				if errors.Is(err, durability.ErrModeChanged) {
+					err = fmt.Errorf("%w: %w", ErrConfig, err)
+				}
 				return fail(err)
 			}
 		}

@@ -234,10 +234,13 @@ type DurabilityConfig struct {
 	// holds still is repaired within two intervals (see docs/concepts.md,
 	// the self-healing view).
 	HealInterval time.Duration
-	// NoStartupRepair skips the check New makes: restore fast-mode
-	// counters of cache nodes that lost their data (an empty embedded
-	// store after a restart, a Redis primary restarted empty) and rebuild
-	// durable-mode counters. Tools that repair explicitly set it.
+	// NoStartupRepair skips the checks New makes: that no counter the
+	// durable store holds would change durability mode (ErrModeChanged;
+	// see docs/concepts.md, changing a mode), and the repair that
+	// restores fast-mode counters of cache nodes that lost their data (an
+	// empty embedded store after a restart, a Redis primary restarted
+	// empty) and rebuilds durable-mode counters. Tools that repair
+	// explicitly set it.
 	NoStartupRepair bool
 }
 

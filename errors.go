@@ -65,4 +65,10 @@ var (
 	// ErrForeignStore: Rebuild or a restore found that the durable store
 	// does not belong to the cache cluster; nothing was restored.
 	ErrForeignStore = durability.ErrForeignStore
+	// ErrModeChanged: New found counters in the durable store written in
+	// the other durability mode than the one the Config now gives them
+	// (a namespace's mode changed, or a namespace removed or its prefix
+	// changed); it comes wrapped in ErrConfig, naming the setting and the
+	// counters. See docs/concepts.md, changing a mode.
+	ErrModeChanged = durability.ErrModeChanged
 )

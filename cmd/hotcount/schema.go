@@ -173,7 +173,7 @@ var settings = []setting{
 	{name: setAccessLog, typ: "bool", def: "false", doc: "one log line per request: method, path, route, status, bytes, duration, token name", cmds: cmdServe,
 		ptr: func(c *serveConfig) any { return &c.AccessLog }},
 	// The settings of keys no namespace names (the library's Defaults).
-	{name: setMode, typ: "fast or durable", choices: []string{"fast", "durable"}, def: defaultMode, doc: "durability mode of keys no namespace names", cmds: cmdBoth, lib: "Defaults.Mode",
+	{name: setMode, typ: "fast or durable", choices: []string{"fast", "durable"}, def: defaultMode, doc: "durability mode of keys no namespace names; a counter keeps the mode it was written in: a start that would change it is refused (see docs/concepts.md#changing-a-mode)", cmds: cmdBoth, lib: "Defaults.Mode",
 		ptr: func(c *serveConfig) any { return &c.Mode }},
 	{name: "n", typ: "int", def: strconv.Itoa(hotcount.DefaultN), doc: "sub-counters of a hot counter no namespace names", cmds: cmdBoth, lib: "Defaults.N",
 		ptr: func(c *serveConfig) any { return &c.Defaults.N }},
@@ -223,7 +223,7 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.CleanupInterval }},
 	{name: "heal_interval", typ: "duration", def: hotcount.DefaultHealInterval.String(), doc: "how often the view of durable counters is compared with the log and repaired (negative: off)", cmds: cmdBoth, lib: "Durability.HealInterval",
 		ptr: func(c *serveConfig) any { return &c.HealInterval }},
-	{name: "no_startup_repair", typ: "bool", def: "false", doc: "skip the check for cache nodes that came back empty at start", cmds: cmdBoth, lib: "Durability.NoStartupRepair",
+	{name: "no_startup_repair", typ: "bool", def: "false", doc: "skip the checks at start: for cache nodes that came back empty, and for counters whose mode the settings would change", cmds: cmdBoth, lib: "Durability.NoStartupRepair",
 		ptr: func(c *serveConfig) any { return &c.NoStartupRepair }},
 	{name: "rebalance_auto", typ: "bool", def: "false", doc: "re-place the sub-counters a process uses whenever the slot map changes", cmds: cmdBoth, lib: "Rebalance.Auto",
 		ptr: func(c *serveConfig) any { return &c.RebalanceAuto }},
@@ -256,7 +256,7 @@ type nsField struct {
 // nsFields are the fields of a namespace in the file.
 var nsFields = []nsField{
 	{"prefix", "string", "required, unique: the keys the namespace holds; the longest match wins (no braces or control characters, as in a key)", cmdBoth, "Prefix"},
-	{"mode", "fast or durable", "durability mode (default: mode)", cmdBoth, "Mode"},
+	{"mode", "fast or durable", "durability mode (default: mode); a start that would change the mode of counters the durable store holds, by this field, a removed namespace or a changed prefix, is refused", cmdBoth, "Mode"},
 	{"n", "int", "sub-counters of a hot counter (default: n)", cmdBoth, "N"},
 	{"buffered", "bool", "buffer increments in the process, flushed every flush_interval (not inherited; default false)", cmdBoth, "Buffered"},
 	{"flush_interval", "duration", "flush interval of the namespace's buffer (default: flush_interval)", cmdBoth, "FlushInterval"},

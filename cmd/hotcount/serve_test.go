@@ -244,7 +244,8 @@ func TestServeBinary(t *testing.T) {
 
 // TestServeBinaryDurable: in durable mode every acknowledged increment is
 // in the SQLite log, so after SIGTERM and a restart the exact read has all
-// of them, and resent ids still count once.
+// of them, and resent ids still count once. A restart in fast mode is
+// refused (exit 2).
 func TestServeBinaryDurable(t *testing.T) {
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -273,6 +274,19 @@ func TestServeBinaryDurable(t *testing.T) {
 	}
 	if code, m := request(t, "GET", base+"/v1/counters/orders:7?consistency=exact", ""); code != 200 || m["value"] != want {
 		t.Fatalf("a resent id counted twice across a restart: %d %v", code, m)
+	}
+	stopBinary(t, cmd, stderr)
+
+	// The same data in fast mode would leave orders:7 with no checkpoint
+	// and its log behind: refused at start, naming the setting and the
+	// counter, and the counter is kept.
+	code, out := runBinary(t, bin, "serve", "--listen", "127.0.0.1:0", "--data", data, "--mode", "fast")
+	if code != exitUsage || !strings.Contains(out, "mode (keys no namespace names) is fast") || !strings.Contains(out, "orders:7") {
+		t.Errorf("serve --mode fast on durable counters: exit %d, stderr %q; want exit 2 naming the mode and orders:7", code, out)
+	}
+	cmd, base, stderr = startBinary(t, bin, "--data", data, "--mode", "durable")
+	if code, m := request(t, "GET", base+"/v1/counters/orders:7?consistency=exact", ""); code != 200 || m["value"] != want {
+		t.Errorf("exact after the refused start: %d %v (want %v)", code, m, want)
 	}
 	stopBinary(t, cmd, stderr)
 }

@@ -155,13 +155,18 @@ func New(cfg Config) (*Service, error) {
 	return d, nil
 }
 
-// Startup repairs the cache view before the Client is used: a checkpoint
-// round checks every node's sentinel and restores fast-mode counters of a
-// node that lost its data (the embedded store after a restart, a Redis
-// primary restarted empty); when one did, durable-mode counters are
-// rebuilt from the log as well. Nothing writes through this Client yet, so
-// the rebuild is exact.
+// Startup checks the durable store and repairs the cache view before the
+// Client is used. First it refuses (ErrModeChanged) settings under which
+// counters the store holds would change durability mode (see
+// checkModes). Then a checkpoint round checks every node's sentinel and
+// restores fast-mode counters of a node that lost its data (the embedded
+// store after a restart, a Redis primary restarted empty); when one did,
+// durable-mode counters are rebuilt from the log as well. Nothing writes
+// through this Client yet, so the rebuild is exact.
 func (d *Service) Startup(ctx context.Context) error {
+	if err := d.checkModes(ctx); err != nil {
+		return err
+	}
 	rep, err := d.ck.round(ctx)
 	if err != nil {
 		return fmt.Errorf("startup check of the cache: %w", err)

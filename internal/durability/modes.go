@@ -1,0 +1,131 @@
+package durability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hotcount/hotcount/internal/ns"
+	"github.com/hotcount/hotcount/keyspace"
+)
+
+// ErrModeChanged: the durable store holds counters written in the other
+// durability mode than the one their settings now give them. Neither mode
+// can take over the other's counters: the healer would take a fast-mode
+// value for a view error and subtract it (the log does not have it), and a
+// durable-mode counter in fast mode has no checkpoint until it is written
+// again, so a node lost before that loses it.
+var ErrModeChanged = errors.New("counters were written in another durability mode")
+
+// modeListed is how many counters of one namespace a mode error names.
+const modeListed = 3
+
+// checkModes refuses a configuration under which counters the durable
+// store holds change mode: fast-mode checkpoints (with a non-zero sum) of
+// a counter now in durable mode, or log events or a rolled-up total of a
+// counter now in fast mode. A counter cleared (or whose deadline the
+// clean-up pass settled) has neither and may change mode. A fast-mode
+// counter never checkpointed (written only without a durable store, or
+// only since the last checkpoint) cannot be seen here.
+func (d *Service) checkModes(ctx context.Context) error {
+	defs := d.ns.Defaults()
+	// The prefixes to list: every key when the defaults are in the mode
+	// looked for, else the namespaces in it (an overlap is listed twice
+	// and counted once).
+	prefixes := func(m ns.Mode) []string {
+		if defs.Mode == m {
+			return []string{""}
+		}
+		var out []string
+		for _, n := range d.ns.Namespaces() {
+			if n.Mode == m {
+				out = append(out, n.Prefix)
+			}
+		}
+		return out
+	}
+	wasFast := map[string]int64{} // sub-key → checkpoint of a counter now durable
+	for _, p := range prefixes(ns.ModeDurable) {
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+		cps, err := d.be.ListCheckpoints(lctx, "{"+p)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("mode check: %w", err)
+		}
+		for _, cp := range cps {
+			if key, _, ok := keyspace.ParseSubKey(cp.Key); ok && d.ns.Lookup(key).Mode == ns.ModeDurable {
+				wasFast[cp.Key] = cp.Total
+			}
+		}
+	}
+	sums := map[string]int64{}
+	for sub, v := range wasFast {
+		key, _, _ := keyspace.ParseSubKey(sub)
+		sums[key] += v
+	}
+	wasDurable := map[string]bool{}
+	for _, p := range prefixes(ns.ModeFast) {
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+		keys, err := d.be.Keys(lctx, p)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("mode check: %w", err)
+		}
+		for _, k := range keys {
+			if keyspace.Validate(k) == nil && d.ns.Lookup(k).Mode != ns.ModeDurable {
+				wasDurable[k] = true
+			}
+		}
+	}
+	// Group the counters by the setting that gives them their mode.
+	type group struct {
+		n    *ns.Namespace
+		keys []string
+	}
+	var groups []*group
+	byNS := map[*ns.Namespace]*group{}
+	add := func(key string) {
+		n := d.ns.Lookup(key)
+		g := byNS[n]
+		if g == nil {
+			g = &group{n: n}
+			byNS[n] = g
+			groups = append(groups, g)
+		}
+		g.keys = append(g.keys, key)
+	}
+	for k, v := range sums {
+		if v != 0 {
+			add(k)
+		}
+	}
+	for k := range wasDurable {
+		add(k)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	slices.SortFunc(groups, func(a, b *group) int { return strings.Compare(a.n.Prefix, b.n.Prefix) })
+	var msgs []string
+	for _, g := range groups {
+		slices.Sort(g.keys)
+		setting := "mode (keys no namespace names)"
+		if g.n != defs {
+			setting = fmt.Sprintf("mode of namespace %q", g.n.Prefix)
+		}
+		held := "fast-mode checkpoints of"
+		if g.n.Mode != ns.ModeDurable {
+			held = "the event log of"
+		}
+		names := strings.Join(g.keys[:min(len(g.keys), modeListed)], ", ")
+		if len(g.keys) > modeListed {
+			names += fmt.Sprintf(" and %d more", len(g.keys)-modeListed)
+		}
+		msgs = append(msgs, fmt.Sprintf("%s is %s, but the durable store holds %s %d of its counters (%s)",
+			setting, g.n.Mode, held, len(g.keys), names))
+	}
+	return fmt.Errorf("%w: %s; a counter keeps the mode it was written in: set its mode back, or clear it first (see docs/concepts.md, changing a mode)",
+		ErrModeChanged, strings.Join(msgs, "; "))
+}
