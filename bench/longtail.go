@@ -82,6 +82,12 @@ const (
 	DefaultLibDuration  = 10 * time.Second
 	// DefaultTailStore is the durable store of the hotcount side.
 	DefaultTailStore = StoreNone
+	// DefaultTailPaths are the paths run when LongTailConfig.Paths is
+	// nil, comma-separated.
+	DefaultTailPaths = "proxy,library"
+	// DefaultTailWorkloads are the workloads run when
+	// LongTailConfig.Workloads is nil, comma-separated.
+	DefaultTailWorkloads = "tail,mixed"
 	// DefaultBenchmark is the redis-benchmark program, looked up in PATH.
 	DefaultBenchmark = "redis-benchmark"
 )
@@ -144,10 +150,11 @@ type LongTailConfig struct {
 	DirectClients int
 	// Benchmark is the redis-benchmark program (DefaultBenchmark).
 	Benchmark string
-	// Paths selects "proxy", "library" or both (nil: both).
+	// Paths selects "proxy", "library" or both (nil: DefaultTailPaths,
+	// both).
 	Paths []string
-	// Workloads selects "tail", "mixed" and "reads" (nil: tail and
-	// mixed).
+	// Workloads selects "tail", "mixed" and "reads" (nil:
+	// DefaultTailWorkloads, tail and mixed).
 	Workloads []string
 	// Store is the durable store of the hotcount side: StoreEmbedded or
 	// StoreNone ("": DefaultTailStore).
@@ -285,10 +292,10 @@ func (c LongTailConfig) withDefaults() (LongTailConfig, error) {
 		c.UpstreamDelay = proxy.CounterFlushDelay
 	}
 	if c.Paths == nil {
-		c.Paths = []string{"proxy", "library"}
+		c.Paths = strings.Split(DefaultTailPaths, ",")
 	}
 	if c.Workloads == nil {
-		c.Workloads = []string{"tail", "mixed"}
+		c.Workloads = strings.Split(DefaultTailWorkloads, ",")
 	}
 	if c.Store == "" {
 		c.Store = DefaultTailStore
