@@ -301,12 +301,11 @@ func (s *Server) handleSetTTL(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeObject(w, r, s.cfg.MaxBody, false, intField("ttl_ms", &ms)); err != nil {
 		return err
 	}
-	const maxMS = 100 * 365 * 24 * 3600 * 1000 // a century
 	switch {
 	case ms == nil:
 		return badRequest("ttl_ms is required")
-	case *ms > maxMS:
-		return badRequest("ttl_ms must be at most %d (a century), got %d", int64(maxMS), *ms)
+	case *ms > maxTTLMillis:
+		return badRequest("ttl_ms must be at most %d (a century), got %d", int64(maxTTLMillis), *ms)
 	}
 	existed, err := s.c.Expire(r.Context(), key, time.Now().Add(time.Duration(max(*ms, -1))*time.Millisecond))
 	if err != nil {
@@ -335,6 +334,9 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": s.c.Nodes(r.Context())})
 	return nil
 }
+
+// maxTTLMillis is the longest ttl_ms PUT …/ttl takes: a century.
+const maxTTLMillis = 100 * 365 * 24 * 3600 * 1000
 
 // maxHotKeys bounds ?n= of /v1/hotkeys.
 const maxHotKeys = 100

@@ -352,11 +352,14 @@ func bodyError(err error, limit int64) error {
 	}
 }
 
-// validID checks an idempotency id: 1 to 256 bytes of printable ASCII
-// without spaces (0x21-0x7e).
+// maxIDLen is the longest idempotency id the API takes, in bytes.
+const maxIDLen = 256
+
+// validID checks an idempotency id: 1 to maxIDLen bytes of printable
+// ASCII without spaces (0x21-0x7e).
 func validID(id string) error {
-	if id == "" || len(id) > 256 {
-		return badRequest("id must be 1 to 256 bytes, got %d", len(id))
+	if id == "" || len(id) > maxIDLen {
+		return badRequest("id must be 1 to %d bytes, got %d", maxIDLen, len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		if id[i] < 0x21 || id[i] > 0x7e {
