@@ -279,3 +279,63 @@ func TestHTTPAPIDocQueryAndStatus(t *testing.T) {
 		t.Fatalf("checked only %d parameters and statuses", checked)
 	}
 }
+
+// TestHTTPAPIDocScopes: the scope column of docs/http-api.md's table is
+// the scope the server enforces on each route the row names (the first
+// scope of "`metrics` or `admin`"; "public" is none), and every route
+// the server serves has a row.
+func TestHTTPAPIDocScopes(t *testing.T) {
+	b, err := os.ReadFile("../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestServer(t, newFake(t), Config{})
+	scopes := map[string]Scope{}
+	for _, rt := range s.table() {
+		p := strings.ReplaceAll(strings.ReplaceAll(rt.pattern, "{$}", ""), "{file...}", "…")
+		scopes[p] = rt.scope
+	}
+	routeSpan := regexp.MustCompile("`(?:(GET|POST|PUT|DELETE) )?(/[^`\\[ ]*)(?:\\[[^`]*\\])?`")
+	firstScope := regexp.MustCompile("`([a-z]+)`")
+	seen := map[string]bool{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(strings.ReplaceAll(line, `\|`, "¦"), "| "), "|")
+		if len(cells) < 4 {
+			continue
+		}
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		want := Scope("")
+		if m := firstScope.FindStringSubmatch(cells[len(cells)-1]); m != nil {
+			want = Scope(m[1])
+		} else if cells[len(cells)-1] != "public" {
+			t.Errorf("docs/http-api.md:%d: scope %q is neither a `scope` nor public", i+1, cells[len(cells)-1])
+			continue
+		}
+		method := ""
+		for _, m := range routeSpan.FindAllStringSubmatch(cells[0], -1) {
+			if m[1] != "" {
+				method = m[1]
+			}
+			route := method + " " + m[2]
+			got, ok := scopes[route]
+			if !ok {
+				t.Errorf("docs/http-api.md:%d: the server has no route %s", i+1, route)
+				continue
+			}
+			seen[route] = true
+			if got != want {
+				t.Errorf("docs/http-api.md:%d: %s has the scope %q in the doc; the server enforces %q", i+1, route, want, got)
+			}
+		}
+	}
+	for r := range scopes {
+		if !seen[r] {
+			t.Errorf("docs/http-api.md's table has no row for %s", r)
+		}
+	}
+}
