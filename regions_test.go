@@ -967,3 +967,47 @@ func TestRegionsOutboxLost(t *testing.T) {
 		converge(t, k, v, clients)
 	}
 }
+
+// TestRegionsTurnedOn: a region turned on over a durable store that
+// already holds counters ships them all at its first start (see
+// docs/regions.md, Configuration). Counters written in eu before it had a
+// region, and not written since, read the same in us: a fast-mode one
+// (from its checkpoint), a buffered one and a durable-mode one (from its
+// log); they go on counting in both regions.
+func TestRegionsTurnedOn(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
+	w := newWorld(t, "eu", "us")
+	db, err := sqlite.Open(t.Context(), sqlite.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	withDB := func(cfg *hotcount.Config) {
+		cfg.Durability = hotcount.DurabilityConfig{Store: db, HealInterval: 200 * time.Millisecond}
+		cfg.Namespaces = append(cfg.Namespaces, hotcount.Namespace{Prefix: "d:", Mode: hotcount.ModeDurable})
+	}
+	ctx := context.Background()
+	want := map[string]int64{"plays:1": 40, "buf:plays:1": 7, "d:plays:1": 25}
+	before := w.client(t, "eu", func(cfg *hotcount.Config) {
+		withDB(cfg)
+		cfg.Region, cfg.Peers, cfg.ShipInterval = "", nil, 0
+	})
+	for key, v := range want {
+		if err := before.Incr(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := before.Close(ctx); err != nil { // with its last checkpoint
+		t.Fatal(err)
+	}
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", withDB), "us": w.client(t, "us", durableRegion(t, 200*time.Millisecond))}
+	for key, v := range want {
+		converge(t, key, v, clients)
+	}
+	for key, v := range want {
+		if err := clients["us"].Incr(ctx, key, 2); err != nil {
+			t.Fatal(err)
+		}
+		converge(t, key, v+2, clients)
+	}
+}
