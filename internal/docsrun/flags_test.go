@@ -148,6 +148,12 @@ func TestCLIGuideHasEveryFlag(t *testing.T) {
 				}
 			}
 			if name == "" {
+				// The help and the version, which are not commands
+				// of the list; any other part names a command that
+				// does not exist.
+				if f := strings.Fields(part); len(f) < 2 || (f[1] != "help" && f[1] != "<command>" && f[1] != "--version" && f[1] != "-v") {
+					t.Errorf("docs/cli.md: the table shows %q, which is no command of hotcount --help", part)
+				}
 				continue
 			}
 			if shown[name] == nil {
