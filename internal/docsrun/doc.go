@@ -39,8 +39,9 @@
 //
 // TestDocsFlagsExist checks every --flag that follows a hotcount command
 // in the docs (`hotcount serve --listen A`, `hotcount cluster up --port
-// P`) against that command's --help, and a code span that starts with a
-// flag (`--rounds`) against the flags of every command.
+// P`) against that command's --help, a `hotcount WORD --flag` whose WORD
+// is no command as an error, and a code span that starts with a flag
+// (`--rounds`) against the flags of every command.
 // TestCLIGuideHasEveryFlag checks the other way: docs/cli.md's table shows
 // every flag of every command but serve and proxy (whose flags are the
 // settings of docs/configuration.md) in that command's row, and

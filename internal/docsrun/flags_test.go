@@ -93,14 +93,19 @@ func TestDocsFlagsExist(t *testing.T) {
 					name = sub
 				}
 			}
-			fs, ok := flags[name]
-			if !ok {
-				continue // prose: "hotcount absorbs ...", "hotcount help"
-			}
 			// A comment, a pipe into another program or a second
 			// command ends this one.
 			for _, end := range []string{"  #", " && ", "; ", " | "} {
 				cmd, _, _ = strings.Cut(cmd, end)
+			}
+			fs, ok := flags[name]
+			if !ok {
+				// Prose ("hotcount absorbs ...") or the help; a
+				// command line with flags names a command.
+				if name != "help" && docFlag.MatchString(cmd) {
+					t.Errorf("%s:%d: hotcount %s is no command of hotcount --help", rel, i+1, name)
+				}
+				continue
 			}
 			for _, fm := range docFlag.FindAllStringSubmatch(cmd, -1) {
 				if !fs[fm[1]] {
