@@ -1011,3 +1011,52 @@ func TestRegionsTurnedOn(t *testing.T) {
 		converge(t, key, v+2, clients)
 	}
 }
+
+// TestRegionsPeerReadded: a region restarted without a peer in its
+// configuration, then with it again. What it counted meanwhile (counters
+// it had shipped before, and counters first written meanwhile, fast and
+// durable) reaches the peer once the peer is back in its configuration.
+func TestRegionsPeerReadded(t *testing.T) {
+	t.Parallel() // its own clusters, links and stores
+	w := newWorld(t, "eu", "us")
+	usStore := durableRegion(t, 0)
+	var usCfg hotcount.Config
+	us := w.client(t, "us", func(cfg *hotcount.Config) { usStore(cfg); usCfg = *cfg })
+	clients := map[string]*hotcount.Client{"eu": w.client(t, "eu", durableRegion(t, 0)), "us": us}
+	ctx := context.Background()
+	incr := func(region, key string, n int64) {
+		t.Helper()
+		if err := clients[region].Incr(ctx, key, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	incr("us", "x:1", 1)
+	incr("eu", "x:1", 10)
+	converge(t, "x:1", 11, clients)
+	if err := us.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// us without eu among its peers.
+	alone := usCfg
+	alone.Peers = nil
+	c, err := hotcount.New(ctx, alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients["us"] = c
+	incr("us", "x:1", 2)
+	incr("us", "y:1", 3)
+	incr("us", "d:y:1", 4)
+	if err := c.Close(ctx); err != nil { // a last checkpoint
+		t.Fatal(err)
+	}
+	// us with eu again.
+	if c, err = hotcount.New(ctx, usCfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	clients["us"] = c
+	for k, v := range map[string]int64{"x:1": 13, "y:1": 3, "d:y:1": 4} {
+		converge(t, k, v, clients)
+	}
+}

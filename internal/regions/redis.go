@@ -28,6 +28,13 @@ const (
 // ships every counter of the region again.
 const aliveKey = "hotcount:rg:alive:{hotcount-rg}"
 
+// peersKey is the set of peers the region's lease holder ships to, as
+// its configuration last named them: a holder whose configuration names
+// a peer the set lacks (a new peer, or one removed and added again, whose
+// marks the region dropped meanwhile) ships every counter of the region
+// to it again.
+const peersKey = "hotcount:rg:peers:{hotcount-rg}"
+
 // Buckets is the number of bucket hashes that hold the region records of
 // every counter (bucketKey): a counter costs fields in one of them, not a
 // key of its own.

@@ -3,6 +3,7 @@ package regions
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -98,6 +99,7 @@ func (s *Service) leaseLoop() {
 	t := s.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	var lastOK time.Time
+	s.forgetPeers()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		tok, err := leaseScript.Exec(ctx, s.cfg.Local, []string{leaseKey, tokenKey},
@@ -110,6 +112,7 @@ func (s *Service) leaseLoop() {
 			s.token.Store(tok)
 			if tok != 0 {
 				s.checkAlive()
+				s.checkPeers()
 			}
 		case now.Sub(lastOK) > s.cfg.LeaseTTL/2:
 			s.token.Store(0) // the lease may have passed to another process
@@ -818,6 +821,52 @@ func (s *Service) checkAlive() {
 	}
 }
 
+// forgetPeers takes the peers that this process's configuration does
+// not name off the set of peers the region ships to (peersKey), once at
+// its start: a peer left out of the configuration misses the marks of
+// this process, and gets everything again (checkPeers) once a lease
+// holder names it again.
+func (s *Service) forgetPeers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	had, err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Smembers().Key(peersKey).Build()).AsStrSlice()
+	if err != nil {
+		return
+	}
+	var gone []string
+	for _, p := range had {
+		if !slices.Contains(s.peers, p) {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) > 0 {
+		_ = s.cfg.Local.Do(ctx, s.cfg.Local.B().Srem().Key(peersKey).Member(gone...).Build()).Error()
+	}
+}
+
+// checkPeers compares the peers of this lease holder's configuration
+// with the set of peers the region ships to (peersKey). A peer missing
+// there is new, or was left out of some process's configuration for a
+// while (that process marked no outbox of it): every counter the durable
+// store holds goes into its outbox, and it joins the set.
+func (s *Service) checkPeers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.Timeout)
+	defer cancel()
+	had, err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Smembers().Key(peersKey).Build()).AsStrSlice()
+	if err != nil {
+		return
+	}
+	for _, p := range s.peers {
+		if slices.Contains(had, p) {
+			continue
+		}
+		out := func(shard int) []string { return []string{boxKey("out", shard, p)} }
+		if s.markAll(ctx, out) == nil {
+			_ = s.cfg.Local.Do(ctx, s.cfg.Local.B().Sadd().Key(peersKey).Member(p).Build()).Error()
+		}
+	}
+}
+
 // Resync puts every counter whose own contribution the durable store holds
 // into every peer's outbox, so that each is shipped again with its
 // current total: after the region's cache lost data and restored it. It
@@ -836,6 +885,13 @@ func (s *Service) Resync(ctx context.Context) error {
 	if err := s.cfg.Local.Do(ctx, s.cfg.Local.B().Del().Key(seen...).Build()).Error(); err != nil {
 		return fmt.Errorf("regions: resync: %w", err)
 	}
+	return s.markAll(ctx, s.outboxes)
+}
+
+// markAll puts every counter of the region that the durable store holds
+// anything of (Counters: a checkpoint, log events, a total; Durable: an
+// own contribution) into the boxes that boxes names per shard.
+func (s *Service) markAll(ctx context.Context, boxes func(shard int) []string) error {
 	if s.cfg.Counters != nil {
 		// The counters restored from the durable store, shipped or not.
 		keys, err := s.cfg.Counters(ctx)
@@ -844,7 +900,7 @@ func (s *Service) Resync(ctx context.Context) error {
 		}
 		for len(keys) > 0 {
 			n := min(len(keys), s.cfg.Batch)
-			if err := mark(ctx, s.cfg.Local, keys[:n], s.outboxes); err != nil {
+			if err := mark(ctx, s.cfg.Local, keys[:n], boxes); err != nil {
 				return err
 			}
 			keys = keys[n:]
@@ -866,7 +922,7 @@ func (s *Service) Resync(ctx context.Context) error {
 		for i, p := range page {
 			keys[i] = p.Key
 		}
-		if err := mark(ctx, s.cfg.Local, keys, s.outboxes); err != nil {
+		if err := mark(ctx, s.cfg.Local, keys, boxes); err != nil {
 			return err
 		}
 		after = page[len(page)-1].Key
