@@ -18,8 +18,8 @@ import (
 // what its log held by the healer's first repair (the 100 it counted were
 // gone), and a durable-mode counter taken into fast mode had no
 // checkpoint. Settings that keep every counter's mode (N, buffering,
-// automatic N) open, with every count kept, and a cleared counter may
-// change mode.
+// automatic N) open, with every count kept, and a cleared counter, or one
+// whose deadline has passed, may change mode.
 func TestModeChangeRefused(t *testing.T) {
 	for _, ds := range durStores() {
 		t.Run(ds.name, func(t *testing.T) {
@@ -113,12 +113,24 @@ func TestModeChangeRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// A fast-mode counter whose deadline passes before the last
+			// start below, when it would be durable: it is gone, and
+			// its key may start again in any mode.
+			gone := "gone:" + uniqueKey(t)
+			if err := c.Incr(ctx, gone, 5); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now().Add(300 * time.Millisecond)
+			if ok, err := c.Expire(ctx, gone, end); err != nil || !ok {
+				t.Fatalf("Expire: %v, %v", ok, err)
+			}
 			closeC(c)
 			refused([]string{`mode of namespace "paid:" is fast`, "the event log of 1 of its counters", paid}, hotcount.ModeFast, fast)
 			// The namespace removed: its counters fall under the defaults.
 			refused([]string{"mode (keys no namespace names) is fast", paid}, hotcount.ModeFast)
 			// Its prefix changed: the same.
 			refused([]string{"mode (keys no namespace names) is fast", paid}, hotcount.ModeFast, hotcount.Namespace{Prefix: "paid:x", Mode: hotcount.ModeDurable})
+			time.Sleep(time.Until(end))
 			c = mustOpen(hotcount.ModeDurable, hotcount.Namespace{Prefix: "paid:", N: 2, Buffered: true})
 			defer closeC(c)
 			time.Sleep(300 * time.Millisecond) // a few heal sweeps: nothing to repair

@@ -25,8 +25,8 @@ const modeListed = 3
 // checkModes refuses a configuration under which counters the durable
 // store holds change mode: fast-mode checkpoints (with a non-zero sum) of
 // a counter now in durable mode, or log events or a rolled-up total of a
-// counter now in fast mode. A counter cleared (or whose deadline the
-// clean-up pass settled) has neither and may change mode. A fast-mode
+// counter now in fast mode. A counter cleared has neither, and one whose
+// recorded deadline has passed is gone: either may change mode. A fast-mode
 // counter never checkpointed (written only without a durable store, or
 // only since the last checkpoint) cannot be seen here.
 func (d *Service) checkModes(ctx context.Context) error {
@@ -79,6 +79,29 @@ func (d *Service) checkModes(ctx context.Context) error {
 			}
 		}
 	}
+	var found []string
+	for k, v := range sums {
+		if v != 0 {
+			found = append(found, k)
+		}
+	}
+	for k := range wasDurable {
+		found = append(found, k)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	// A counter whose recorded deadline has passed is gone: what it left
+	// waits for the clean-up pass, and the key may start again in any mode.
+	dls, err := d.loadDeadlines(ctx, found)
+	if err != nil {
+		return fmt.Errorf("mode check: %w", err)
+	}
+	now := d.cfg.Clock.Now()
+	found = slices.DeleteFunc(found, func(k string) bool {
+		at, ok := dls[k]
+		return ok && !at.After(now)
+	})
 	// Group the counters by the setting that gives them their mode.
 	type group struct {
 		n    *ns.Namespace
@@ -96,12 +119,7 @@ func (d *Service) checkModes(ctx context.Context) error {
 		}
 		g.keys = append(g.keys, key)
 	}
-	for k, v := range sums {
-		if v != 0 {
-			add(k)
-		}
-	}
-	for k := range wasDurable {
+	for _, k := range found {
 		add(k)
 	}
 	if len(groups) == 0 {
