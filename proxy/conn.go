@@ -156,8 +156,15 @@ func (c *conn) setBufferCap(size int) bool {
 	want := int64(max(size-readChunk, 0))
 	switch {
 	case want > c.held:
-		if !c.s.input.reserve(want-c.held, c.s.cfg.Timeout, c.stopping.Load, &c.s.stats) {
-			return false
+		if n := want - c.held; !c.s.input.tryReserve(n) {
+			// The copy of its open transaction gives way to its input
+			// (see txState.keep) before the connection waits.
+			if c.tx.inMulti {
+				c.tx.forget(c)
+			}
+			if !c.s.input.reserve(n, c.s.cfg.Timeout, c.stopping.Load, &c.s.stats) {
+				return false
+			}
 		}
 	case want < c.held:
 		c.s.input.release(c.held - want)

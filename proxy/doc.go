@@ -87,7 +87,10 @@
 // the budget has no room it stops reading, so its client's sends block,
 // until memory comes back or Timeout passes, when it is answered an error
 // and closed (metrics hotcount_proxy_input_bytes and
-// hotcount_proxy_input_budget_*). A panic serving a command answers an
+// hotcount_proxy_input_budget_*). The copy of an open transaction's queued
+// commands, kept to send it again if its slot moves, is charged to the
+// same budget and bounded by QueryBufferLimit; when it does not fit it is
+// dropped (see tx.go). A panic serving a command answers an
 // error, is counted (Stats.Panics), and closes that connection only.
 //
 // Replies are written with redcon's append helpers; RESP3 types redcon has

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 )
@@ -26,6 +28,16 @@ import (
 // that WATCHes cannot move: the watch stays on the old owner, whose
 // migration deleted the watched keys, so its EXEC answers nil, as when a
 // watched key changed, and the client's retry goes to the new owner.
+//
+// The copy of the queued commands kept for that is charged to the memory
+// budget (Config.MemoryBudget) with the connections' input, and bounded
+// per transaction by QueryBufferLimit. A command that does not fit (the
+// budget has no room, or the copy would pass the bound) drops the copy
+// and its charge instead of waiting: the transaction runs on as before,
+// and only a redirection ends it, as Redis does (the queued command is
+// answered TRYAGAIN and EXEC EXECABORT, or EXEC is answered TRYAGAIN). A
+// read of the connection that has to wait for the budget drops its own
+// transaction's copy first.
 
 // txState is a connection's transaction.
 type txState struct {
@@ -40,6 +52,8 @@ type txState struct {
 	asking    bool       // WATCH went to the node importing the slot (ASK)
 	held      [][]string // keyless commands queued before the slot is known
 	sent      []txCmd    // the commands queued upstream, to send again
+	kept      int64      // bytes of sent charged to the memory budget
+	uncopied  bool       // sent was dropped: a redirection aborts
 	shapes    []nullShape
 }
 
@@ -47,6 +61,50 @@ type txState struct {
 type txCmd struct {
 	strs []string
 	key  int
+}
+
+// size is what the copy of q holds: its arguments, their string headers
+// and its own entry.
+func (q *txCmd) size() int64 {
+	n := int64(unsafe.Sizeof(*q)) + int64(len(q.strs))*int64(unsafe.Sizeof(""))
+	for _, s := range q.strs {
+		n += int64(len(s))
+	}
+	return n
+}
+
+// keep adds q to the copy of the transaction, charging it to the memory
+// budget; when it does not fit (the budget has no room now, or the copy
+// would pass QueryBufferLimit), the copy is dropped. An argument that
+// points into the read buffer (see strings) is copied, so that the
+// buffer is not held past the batch by bytes the charge does not count.
+func (t *txState) keep(c *conn, q txCmd) {
+	if t.uncopied {
+		return
+	}
+	n := q.size()
+	if t.kept+n > int64(c.s.cfg.QueryBufferLimit) || !c.s.input.tryReserve(n) {
+		t.forget(c)
+		return
+	}
+	cloned := false
+	for i, s := range q.strs {
+		if len(s) >= bigArg {
+			if !cloned {
+				q.strs, cloned = slices.Clone(q.strs), true
+			}
+			q.strs[i] = strings.Clone(s)
+		}
+	}
+	t.kept += n
+	t.sent = append(t.sent, q)
+}
+
+// forget drops the copy of the transaction and gives its charge back: a
+// redirection then aborts the transaction.
+func (t *txState) forget(c *conn) {
+	c.s.input.release(t.kept)
+	t.kept, t.sent, t.uncopied = 0, nil, true
 }
 
 // maxTxMoves bounds how often one command of a transaction follows a
@@ -161,12 +219,18 @@ func (t *txState) resend(ctx context.Context, c *conn, addr string, ask, exec bo
 
 // moved answers the queued command whose reply was a redirection to addr:
 // the transaction goes to that node (see above), or, when it WATCHes, is
-// left to fail at EXEC.
+// left to fail at EXEC; without its copy it aborts (TRYAGAIN now,
+// EXECABORT at EXEC), as Redis aborts it.
 func (c *conn) moved(ctx context.Context, addr string, ask bool) {
 	t := &c.tx
-	if t.watching {
+	switch {
+	case t.watching:
 		t.watchLost = true
 		c.out = appendStatus(c.out, "QUEUED")
+		return
+	case t.uncopied:
+		t.aborted = true
+		c.out = appendErr(c.out, errRedirect)
 		return
 	}
 	res, e := t.resend(ctx, c, addr, ask, false)
@@ -190,6 +254,7 @@ const execAbort = "EXECABORT Transaction discarded because of previous errors."
 // the dedicated connection back.
 func (t *txState) release(c *conn) {
 	t.drop(c)
+	c.s.input.release(t.kept)
 	*t = txState{slot: -1}
 }
 
@@ -210,7 +275,8 @@ func (c *conn) multi(args [][]byte) {
 		c.out = appendErr(c.out, "ERR MULTI calls can not be nested")
 		return
 	}
-	t.inMulti, t.aborted, t.held, t.sent, t.shapes = true, false, nil, nil, nil
+	c.s.input.release(t.kept)
+	t.inMulti, t.aborted, t.held, t.sent, t.kept, t.uncopied, t.shapes = true, false, nil, nil, 0, false, nil
 	if t.dc == nil {
 		c.out = appendOK(c.out)
 		return
@@ -302,7 +368,7 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	}
 	cmd := c.build(strs, key)
 	if t.multiSent {
-		t.sent = append(t.sent, txCmd{strs, key})
+		t.keep(c, txCmd{strs, key})
 		res := t.dc.Do(ctx, cmd)
 		if addr, ask, ok := redirected(&res); ok {
 			c.moved(ctx, addr, ask)
@@ -318,11 +384,11 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	cmds := []rueidis.Completed{t.dc.B().Arbitrary("MULTI").Build()}
 	for _, h := range t.held {
 		cmds = append(cmds, c.build(h, -1))
-		t.sent = append(t.sent, txCmd{h, -1})
+		t.keep(c, txCmd{h, -1})
 	}
 	t.held = nil
 	cmds = append(cmds, cmd)
-	t.sent = append(t.sent, txCmd{strs, key})
+	t.keep(c, txCmd{strs, key})
 	res := t.dc.DoMulti(ctx, cmds...)
 	if e := resultError(&res[0]); e != "" {
 		fail(e)
@@ -378,8 +444,9 @@ func (c *conn) exec(args [][]byte) {
 		res := t.dc.Do(ctx, t.dc.B().Arbitrary("EXEC").Build())
 		t.multiSent = false
 		// A slot moved since the commands were queued: Redis ran none
-		// of them.
-		if addr, ask, ok := redirected(&res); ok {
+		// of them. Without the copy, the client is answered TRYAGAIN
+		// (appendResult).
+		if addr, ask, ok := redirected(&res); ok && (t.watching || !t.uncopied) {
 			if t.watching {
 				c.out = appendNullArray(c.out, c.proto)
 				break
