@@ -146,6 +146,51 @@ func TestTransactionCopyBudget(t *testing.T) {
 	}
 }
 
+// TestTransactionCopyGivesWay: a transaction whose copy may fill the whole
+// budget (resp_query_buffer_limit as large as resp_memory_budget) does
+// not starve its own connection: the read that finds no room drops the
+// copy instead of waiting for memory the connection itself holds, and the
+// transaction runs whole, none of its input left counted. Charged
+// without giving way, the copy made the 900 KiB SET wait out the timeout
+// and its connection close (input memory budget exhausted).
+func TestTransactionCopyGivesWay(t *testing.T) {
+	cfg := txBudgetConfig
+	cfg.QueryBufferLimit = int(cfg.MemoryBudget)
+	cfg.Timeout = 2 * time.Second
+	e := startProxy(t, nil, cfg)
+	p := uniq(t)
+	r, info := dialRaw(t, e.addr), dialRaw(t, e.addr)
+	// SETs of 100 KiB fill the copy until less than 600 KiB of the
+	// budget is left; then one of 900 KiB needs the connection's read
+	// buffer to grow past what is left.
+	small, large := strings.Repeat("s", 100<<10), strings.Repeat("l", 900<<10)
+	if got := r.do("MULTI"); got != "+OK\r\n" {
+		t.Fatalf("MULTI: %q", got)
+	}
+	sets, counted := 0, int64(0)
+	for ; cfg.MemoryBudget-counted >= 600<<10; sets++ {
+		if sets == 200 {
+			t.Fatalf("%d SETs of 100 KiB queued: the proxy counts %d bytes", sets, counted)
+		}
+		if got := r.do("SET", "{"+p+"}k"+strconv.Itoa(sets), small); got != "+QUEUED\r\n" {
+			t.Fatalf("SET %d: %.100q", sets, got)
+		}
+		counted = inputBytes(t, info)
+	}
+	t.Logf("%d SETs of 100 KiB queued: %d bytes counted (budget %d); then one of 900 KiB", sets, counted, cfg.MemoryBudget)
+	if got := r.do("SET", "{"+p+"}k"+strconv.Itoa(sets), large); got != "+QUEUED\r\n" {
+		t.Fatalf("the SET of 900 KiB: %.100q", got)
+	}
+	sets++
+	want := "*" + strconv.Itoa(sets) + "\r\n" + strings.Repeat("+OK\r\n", sets)
+	if got := r.do("EXEC"); got != want {
+		t.Fatalf("EXEC of %d SETs: %.200q", sets, got)
+	}
+	if n := inputBytes(t, info); n != 0 {
+		t.Fatalf("after EXEC the proxy counts %d bytes of input", n)
+	}
+}
+
 // TestTransactionCopyDroppedAcrossSlotMove: a transaction whose copy was
 // dropped (more than the query buffer limit queued) is not sent again when
 // its slot moves: the command queued after the move is answered TRYAGAIN
