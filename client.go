@@ -124,6 +124,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 				}
 				return fail(err)
 			}
+		} else if err := c.dur.ForgetModes(ctx); err != nil {
+			return fail(err)
 		}
 	} else {
 		c.fast = c.eng.OnlyBuffer()

@@ -240,7 +240,9 @@ type DurabilityConfig struct {
 	// restores fast-mode counters of cache nodes that lost their data (an
 	// empty embedded store after a restart, a Redis primary restarted
 	// empty) and rebuilds durable-mode counters. Tools that repair
-	// explicitly set it.
+	// explicitly set it. A start that skips the checks under other
+	// durability modes than the store recorded at the last start that
+	// checked removes that record, so the next check lists the store.
 	NoStartupRepair bool
 }
 

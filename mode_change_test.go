@@ -3,7 +3,9 @@ package hotcount_test
 import (
 	"context"
 	"errors"
+	"github.com/hotcount/hotcount/durable"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +141,79 @@ func TestModeChangeRefused(t *testing.T) {
 				t.Errorf("exact read %d, %v; want 70", r.Value, err)
 			}
 		})
+	}
+}
+
+// listings counts the listings of a durable store (Keys and
+// ListCheckpoints).
+type listings struct {
+	durable.Backend
+	n atomic.Int64
+}
+
+func (l *listings) Keys(ctx context.Context, prefix string) ([]string, error) {
+	l.n.Add(1)
+	return l.Backend.Keys(ctx, prefix)
+}
+
+func (l *listings) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
+	l.n.Add(1)
+	return l.Backend.ListCheckpoints(ctx, prefix)
+}
+
+// TestModeCheckRecorded: the mode check lists the durable store only when
+// the settings' modes differ from those of the last start whose check
+// passed. A restart with the same modes (other N, buffering) lists nothing:
+// before, every start listed the whole store (every log key, with the
+// defaults in fast mode), seconds for a store of millions of counters. A
+// start that skips the check (NoStartupRepair) under other modes removes
+// the record, so the next start that checks lists again and finds what
+// that process wrote.
+func TestModeCheckRecorded(t *testing.T) {
+	ctx := context.Background()
+	ds := durStores()[0]
+	be := &listings{Backend: ds.open(t, ds.loc(t))}
+	open := func(paid hotcount.Namespace, skip bool) (*hotcount.Client, int64, error) {
+		before := be.n.Load()
+		c, err := hotcount.New(ctx, hotcount.Config{
+			Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+			Namespaces: []hotcount.Namespace{paid},
+			Reads:      hotcount.ReadConfig{NoCache: true},
+			Durability: hotcount.DurabilityConfig{Store: be, HealInterval: -1, CheckpointInterval: time.Hour, NoStartupRepair: skip},
+		})
+		return c, be.n.Load() - before, err
+	}
+	paid := "paid:" + uniqueKey(t)
+	dur := hotcount.Namespace{Prefix: "paid:", Mode: hotcount.ModeDurable}
+	write := func(ns hotcount.Namespace, skip bool, wantLists int64) {
+		t.Helper()
+		c, lists, err := open(ns, skip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantLists >= 0 && lists != wantLists {
+			t.Errorf("New (%s, NoStartupRepair %v) listed the durable store %d times, want %d", ns.Mode, skip, lists, wantLists)
+		}
+		if err := c.Incr(ctx, paid, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(dur, false, -1) // the first start lists
+	dur.N, dur.Buffered = 3, true
+	write(dur, false, 0) // the same modes: no listing
+	// Another process skips the check and writes paid: in fast mode
+	// (its Close checkpoints it).
+	write(hotcount.Namespace{Prefix: "paid:", Mode: hotcount.ModeFast}, true, -1)
+	// The next start with the durable mode lists again and refuses.
+	c, lists, err := open(dur, false)
+	if err == nil {
+		_ = c.Close(ctx)
+		t.Fatalf("New accepted durable mode for %s, which another process wrote in fast mode since (it listed %d times)", paid, lists)
+	}
+	if !errors.Is(err, hotcount.ErrModeChanged) {
+		t.Fatalf("New: %v, want ErrModeChanged", err)
 	}
 }

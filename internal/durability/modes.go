@@ -1,12 +1,14 @@
 package durability
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/internal/ns"
 	"github.com/hotcount/hotcount/keyspace"
 )
@@ -22,14 +24,90 @@ var ErrModeChanged = errors.New("counters were written in another durability mod
 // modeListed is how many counters of one namespace a mode error names.
 const modeListed = 3
 
-// checkModes refuses a configuration under which counters the durable
+// modesKey names the metadata record of the durability modes the settings
+// gave the counters at the last start whose check passed. The braces keep
+// it apart from every counter key.
+const modesKey = "hotcount:{modes}"
+
+// modesRecord writes the settings' durability modes as one canonical text:
+// the defaults' mode, then every namespace's prefix and mode, sorted by
+// prefix. Two settings with the same text give every key the same mode
+// (the longest prefix wins); settings that differ in anything else (N,
+// buffering, intervals) have the same text.
+func modesRecord(t *ns.Table) []byte {
+	mode := func(m ns.Mode) ns.Mode {
+		if m != ns.ModeDurable {
+			return ns.ModeFast
+		}
+		return m
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "modes 1\n*\t%s\n", mode(t.Defaults().Mode))
+	list := slices.Clone(t.Namespaces())
+	slices.SortFunc(list, func(x, y ns.Namespace) int { return strings.Compare(x.Prefix, y.Prefix) })
+	for _, n := range list {
+		fmt.Fprintf(&b, "%s\t%s\n", n.Prefix, mode(n.Mode))
+	}
+	return []byte(b.String())
+}
+
+// checkModes runs scanModes when the settings' modes differ from those of
+// the last start whose check passed (the record under modesKey), and then
+// records them. A start with the same modes reads one record and lists
+// nothing: every counter written since was written in these modes by
+// processes that started with them, or by one that skipped the check and
+// removed the record (see ForgetModes).
+func (d *Service) checkModes(ctx context.Context) error {
+	rec := modesRecord(d.ns)
+	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	old, err := d.be.LoadMeta(lctx, modesKey)
+	cancel()
+	switch {
+	case err == nil && bytes.Equal(old, rec):
+		return nil
+	case err != nil && !errors.Is(err, durable.ErrNotFound):
+		return fmt.Errorf("mode check: %w", err)
+	}
+	if err := d.scanModes(ctx); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	defer cancel()
+	if err := d.be.SaveMeta(sctx, modesKey, rec); err != nil {
+		return fmt.Errorf("mode check: record the modes: %w", err)
+	}
+	return nil
+}
+
+// ForgetModes is for a start that skips the checks (NoStartupRepair): when
+// its settings' modes differ from the recorded ones it removes the record,
+// so that the next start that checks lists the store again, since this
+// process may write counters in its own modes.
+func (d *Service) ForgetModes(ctx context.Context) error {
+	rec := modesRecord(d.ns)
+	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+	defer cancel()
+	old, err := d.be.LoadMeta(lctx, modesKey)
+	switch {
+	case errors.Is(err, durable.ErrNotFound) || (err == nil && bytes.Equal(old, rec)):
+		return nil
+	case err != nil:
+		return fmt.Errorf("mode record: %w", err)
+	}
+	if err := d.be.DeleteMeta(lctx, modesKey); err != nil {
+		return fmt.Errorf("mode record: %w", err)
+	}
+	return nil
+}
+
+// scanModes refuses a configuration under which counters the durable
 // store holds change mode: fast-mode checkpoints (with a non-zero sum) of
 // a counter now in durable mode, or log events or a rolled-up total of a
 // counter now in fast mode. A counter cleared has neither, and one whose
 // recorded deadline has passed is gone: either may change mode. A fast-mode
 // counter never checkpointed (written only without a durable store, or
 // only since the last checkpoint) cannot be seen here.
-func (d *Service) checkModes(ctx context.Context) error {
+func (d *Service) scanModes(ctx context.Context) error {
 	defs := d.ns.Defaults()
 	// The prefixes to list: every key when the defaults are in the mode
 	// looked for, else the namespaces in it (an overlap is listed twice
