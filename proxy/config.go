@@ -130,13 +130,17 @@ type Config struct {
 	// DefaultQueryBufferLimit.
 	QueryBufferLimit int
 	// MemoryBudget bounds the input all connections hold together beyond
-	// their first read buffer (16 KiB each), with the copies of open
-	// transactions' queued commands. A connection whose command needs more
+	// their first read buffer (16 KiB each), with what open transactions
+	// keep of their queued commands. A connection whose command needs more
 	// than the budget has left waits, not reading (the client's sends
 	// block), for up to Timeout; then it is answered an error and closed.
 	// A transaction's copy (at most QueryBufferLimit) that does not fit is
 	// dropped instead: the transaction runs, but a slot moved under it
-	// aborts it. 0 means DefaultMemoryBudget.
+	// aborts it. A keyless command queued before the transaction's first
+	// key, held by the proxy (at most QueryBufferLimit per transaction),
+	// that does not fit is answered an error, and EXEC EXECABORT, as Redis
+	// answers a command it has no memory to queue. 0 means
+	// DefaultMemoryBudget.
 	MemoryBudget int64
 	// Announce is the host:port cluster clients are told to reach this
 	// proxy at (CLUSTER SLOTS, SHARDS, NODES); "" means the address each

@@ -156,12 +156,9 @@ func (c *conn) setBufferCap(size int) bool {
 	want := int64(max(size-readChunk, 0))
 	switch {
 	case want > c.held:
-		if n := want - c.held; !c.s.input.tryReserve(n) {
-			// The copy of its open transaction gives way to its input
-			// (see txState.keep) before the connection waits.
-			if c.tx.inMulti {
-				c.tx.forget(c)
-			}
+		// What its open transaction keeps gives way to its input (see
+		// txState.giveWay) before the connection waits.
+		if n := want - c.held; !c.s.input.tryReserve(n) && !c.tx.giveWay(c, n) {
 			if !c.s.input.reserve(n, c.s.cfg.Timeout, c.stopping.Load, &c.s.stats) {
 				return false
 			}

@@ -90,8 +90,11 @@
 // hotcount_proxy_input_budget_*). The copy of an open transaction's queued
 // commands, kept to send it again if its slot moves, is charged to the
 // same budget and bounded by QueryBufferLimit; when it does not fit it is
-// dropped (see tx.go). A panic serving a command answers an
-// error, is counted (Stats.Panics), and closes that connection only.
+// dropped. The keyless commands held before the transaction's first key
+// are charged and bounded the same way but cannot be dropped: one that
+// does not fit is answered an error and the transaction aborts at EXEC
+// (see tx.go). A panic serving a command answers an error, is counted
+// (Stats.Panics), and closes that connection only.
 //
 // Replies are written with redcon's append helpers; RESP3 types redcon has
 // no helper for (maps, nulls, verbatim strings) are written alongside.

@@ -13,9 +13,11 @@ import (
 // shrinks the buffer or closes. A reservation that does not fit waits:
 // the connection stops reading, so its client's sends block (TCP
 // backpressure), until others give memory back or Timeout passes; then
-// the connection is answered an error and closed. The copy of an open
-// transaction's queued commands is charged too, without waiting (see
-// txState.keep), and given back at EXEC, DISCARD or close.
+// the connection is answered an error and closed. What an open
+// transaction keeps of its queued commands (the keyless ones held before
+// its first key, and the copy) is charged too, without waiting (see
+// txState.hold and txState.keep), and given back at EXEC, DISCARD or
+// close.
 type budget struct {
 	limit int64
 	used  atomic.Int64
@@ -71,7 +73,7 @@ const errQueryBuffer = "ERR Protocol error: query buffer limit reached (resp_que
 
 func init() {
 	metrics = append(metrics,
-		gaugeOf("hotcount_proxy_input_bytes", "Input held by client connections beyond their first read buffer, with the copies of open transactions, counted against resp_memory_budget.",
+		gaugeOf("hotcount_proxy_input_bytes", "Input held by client connections beyond their first read buffer, with what open transactions keep of their queued commands, counted against resp_memory_budget.",
 			func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.input.used.Load()) }),
 		gaugeOf("hotcount_proxy_input_budget_bytes", "The input memory budget (resp_memory_budget).",
 			func(s *Server, _ *hotcount.BufferStats) float64 { return float64(s.input.limit) }),

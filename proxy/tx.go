@@ -38,6 +38,18 @@ import (
 // answered TRYAGAIN and EXEC EXECABORT, or EXEC is answered TRYAGAIN). A
 // read of the connection that has to wait for the budget drops its own
 // transaction's copy first.
+//
+// The keyless commands held before the first keyed command (sent nowhere
+// yet) are charged to the same budget, within the same bound, until that
+// command sends them (their charge becomes the copy's) or EXEC, DISCARD,
+// a reset or the close ends the transaction. They cannot be dropped as
+// the copy is: a command that does not fit is refused as Redis refuses a
+// command it has no memory to queue (answered an error, errTxQueue, and
+// EXEC EXECABORT), and a read of the connection that has to wait for the
+// budget drops them with the transaction (the command read is answered
+// errTxQueue), so that a connection never waits for memory its own
+// transaction holds. As on Redis, nothing more is held once the
+// transaction is to abort.
 
 // txState is a connection's transaction.
 type txState struct {
@@ -47,13 +59,15 @@ type txState struct {
 	inMulti   bool
 	multiSent bool // MULTI was sent upstream
 	watching  bool
-	aborted   bool       // a queued command failed: EXEC answers EXECABORT
-	watchLost bool       // the watched slot moved: EXEC answers nil
-	asking    bool       // WATCH went to the node importing the slot (ASK)
-	held      [][]string // keyless commands queued before the slot is known
-	sent      []txCmd    // the commands queued upstream, to send again
-	kept      int64      // bytes of sent charged to the memory budget
-	uncopied  bool       // sent was dropped: a redirection aborts
+	aborted   bool    // a queued command failed: EXEC answers EXECABORT
+	watchLost bool    // the watched slot moved: EXEC answers nil
+	asking    bool    // WATCH went to the node importing the slot (ASK)
+	held      []txCmd // keyless commands queued before the slot is known
+	heldSize  int64   // bytes of held charged to the memory budget
+	refuse    bool    // held was dropped for a read: its command is refused
+	sent      []txCmd // the commands queued upstream, to send again
+	kept      int64   // bytes of sent charged to the memory budget
+	uncopied  bool    // sent was dropped: a redirection aborts
 	shapes    []nullShape
 }
 
@@ -73,20 +87,10 @@ func (q *txCmd) size() int64 {
 	return n
 }
 
-// keep adds q to the copy of the transaction, charging it to the memory
-// budget; when it does not fit (the budget has no room now, or the copy
-// would pass QueryBufferLimit), the copy is dropped. An argument that
-// points into the read buffer (see strings) is copied, so that the
-// buffer is not held past the batch by bytes the charge does not count.
-func (t *txState) keep(c *conn, q txCmd) {
-	if t.uncopied {
-		return
-	}
-	n := q.size()
-	if t.kept+n > int64(c.s.cfg.QueryBufferLimit) || !c.s.input.tryReserve(n) {
-		t.forget(c)
-		return
-	}
+// own copies the arguments of q that point into the read buffer (see
+// strings), so that the buffer is not held past the batch by bytes the
+// charge does not count.
+func (q *txCmd) own() {
 	cloned := false
 	for i, s := range q.strs {
 		if len(s) >= bigArg {
@@ -96,8 +100,78 @@ func (t *txState) keep(c *conn, q txCmd) {
 			q.strs[i] = strings.Clone(s)
 		}
 	}
+}
+
+// keep adds q to the copy of the transaction, charging it to the memory
+// budget; when it does not fit (the budget has no room now, or the copy
+// would pass QueryBufferLimit), the copy is dropped.
+func (t *txState) keep(c *conn, q txCmd) {
+	if t.uncopied {
+		return
+	}
+	n := q.size()
+	if t.kept+n > int64(c.s.cfg.QueryBufferLimit) || !c.s.input.tryReserve(n) {
+		t.forget(c)
+		return
+	}
+	q.own()
 	t.kept += n
 	t.sent = append(t.sent, q)
+}
+
+// hold adds q, a keyless command queued before the transaction's slot is
+// known, to the commands held, charging it to the memory budget. It
+// reports false, holding nothing, when q does not fit (the budget has no
+// room now, or what is held would pass QueryBufferLimit).
+func (t *txState) hold(c *conn, q txCmd) bool {
+	n := q.size()
+	if t.heldSize+n > int64(c.s.cfg.QueryBufferLimit) || !c.s.input.tryReserve(n) {
+		return false
+	}
+	q.own()
+	t.heldSize += n
+	t.held = append(t.held, q)
+	return true
+}
+
+// unhold forgets the commands held and gives their charge back.
+func (t *txState) unhold(c *conn) {
+	c.s.input.release(t.heldSize)
+	t.held, t.heldSize = nil, 0
+}
+
+// adopt makes the commands held, now sent upstream, the start of the
+// copy, their charge with them (the copy is empty until then, and what is
+// held is within its bound); without a copy, the charge is given back.
+func (t *txState) adopt(c *conn) {
+	if t.uncopied {
+		t.unhold(c)
+		return
+	}
+	t.sent = append(t.sent, t.held...)
+	t.kept += t.heldSize
+	t.held, t.heldSize = nil, 0
+}
+
+// giveWay makes room in the memory budget for n bytes of the connection's
+// input, before its read waits, from what its open transaction keeps:
+// first the copy (see keep); then the commands held, which cannot be
+// dropped without the transaction: it is to abort, and the command being
+// read is refused (errTxQueue). It reports whether n bytes were reserved.
+func (t *txState) giveWay(c *conn, n int64) bool {
+	if !t.inMulti {
+		return false
+	}
+	t.forget(c)
+	if c.s.input.tryReserve(n) {
+		return true
+	}
+	if t.heldSize == 0 {
+		return false
+	}
+	t.unhold(c)
+	t.aborted, t.refuse = true, true
+	return c.s.input.tryReserve(n)
 }
 
 // forget drops the copy of the transaction and gives its charge back: a
@@ -249,12 +323,18 @@ func (c *conn) moved(ctx context.Context, addr string, ask bool) {
 
 const execAbort = "EXECABORT Transaction discarded because of previous errors."
 
+// errTxQueue answers a command of a transaction that the memory budget
+// has no room to hold (see above); Redis answers OOM to a command it has
+// no memory to queue, and EXECABORT at EXEC.
+const errTxQueue = "ERR hotcount proxy: no room to queue the command (resp_memory_budget, at most resp_query_buffer_limit per transaction); EXEC will answer EXECABORT"
+
 // release ends the transaction: DISCARD or UNWATCH upstream when needed
 // (a connection that fails to is closed rather than reused), then gives
 // the dedicated connection back.
 func (t *txState) release(c *conn) {
 	t.drop(c)
 	c.s.input.release(t.kept)
+	t.unhold(c)
 	*t = txState{slot: -1}
 }
 
@@ -276,7 +356,8 @@ func (c *conn) multi(args [][]byte) {
 		return
 	}
 	c.s.input.release(t.kept)
-	t.inMulti, t.aborted, t.held, t.sent, t.kept, t.uncopied, t.shapes = true, false, nil, nil, 0, false, nil
+	t.unhold(c)
+	t.inMulti, t.aborted, t.refuse, t.sent, t.kept, t.uncopied, t.shapes = true, false, false, nil, 0, false, nil
 	if t.dc == nil {
 		c.out = appendOK(c.out)
 		return
@@ -308,6 +389,11 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 		c.out = appendErr(c.out, msg)
 	}
 	switch {
+	case t.refuse:
+		// Its read dropped what the transaction held (see giveWay).
+		t.refuse = false
+		fail(errTxQueue)
+		return
 	case ci == nil:
 		fail(unknownCommand(args))
 		return
@@ -346,8 +432,15 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	}
 	shape := shapeOf(ci.baseName(), args).inTx()
 	if len(keys) == 0 && !t.multiSent {
-		t.held = append(t.held, strs)
-		t.shapes = append(t.shapes, shape)
+		// A transaction that is to abort holds nothing more, as Redis
+		// queues nothing more of it.
+		if !t.aborted {
+			if !t.hold(c, txCmd{strs, -1}) {
+				fail(errTxQueue)
+				return
+			}
+			t.shapes = append(t.shapes, shape)
+		}
 		c.out = appendStatus(c.out, "QUEUED")
 		return
 	}
@@ -383,10 +476,9 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 	}
 	cmds := []rueidis.Completed{t.dc.B().Arbitrary("MULTI").Build()}
 	for _, h := range t.held {
-		cmds = append(cmds, c.build(h, -1))
-		t.keep(c, txCmd{h, -1})
+		cmds = append(cmds, c.build(h.strs, -1))
 	}
-	t.held = nil
+	t.adopt(c)
 	cmds = append(cmds, cmd)
 	t.keep(c, txCmd{strs, key})
 	res := t.dc.DoMulti(ctx, cmds...)
@@ -468,7 +560,7 @@ func (c *conn) exec(args [][]byte) {
 		}
 		cmds := []rueidis.Completed{t.dc.B().Arbitrary("MULTI").Build()}
 		for _, h := range t.held {
-			cmds = append(cmds, c.build(h, -1))
+			cmds = append(cmds, c.build(h.strs, -1))
 		}
 		cmds = append(cmds, t.dc.B().Arbitrary("EXEC").Build())
 		res := t.dc.DoMulti(ctx, cmds...)

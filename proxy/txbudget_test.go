@@ -288,3 +288,225 @@ func TestTransactionCopyDroppedAcrossSlotMove(t *testing.T) {
 		}
 	})
 }
+
+// Keyless commands queued before a transaction's first keyed command are
+// held by the proxy (sent nowhere yet) until a keyed command binds the
+// transaction to a slot, or until EXEC. They are charged to the memory
+// budget too, at most the query buffer limit per transaction; they cannot
+// be dropped, so one that does not fit is refused as Redis refuses a
+// command it has no memory to queue: answered an error, and EXEC answers
+// EXECABORT.
+
+// txHeldRefused is the start of the error a held command that does not
+// fit is answered.
+const txHeldRefused = "-ERR hotcount proxy: no room to queue the command"
+
+// TestTransactionHeldBudget: keyless commands held in an open transaction
+// are counted in hotcount_input_bytes, and given back at EXEC, DISCARD,
+// when the client hangs up, and when a keyed command sends them (they are
+// then the transaction's copy, given back at EXEC). Before, they were
+// counted nowhere: held ECHOs read 0.
+func TestTransactionHeldBudget(t *testing.T) {
+	e := startProxy(t, nil, txBudgetConfig)
+	p := uniq(t)
+	info := dialRaw(t, e.addr)
+	const held = 5 // ECHOs of 300 KiB, 1.5 MiB: within the bound
+	echo := "$" + strconv.Itoa(len(txValue)) + "\r\n" + txValue + "\r\n"
+	for _, end := range []string{"EXEC", "DISCARD", "close", "keyed"} {
+		settledInput(t, info, "the previous transaction")
+		r := dialRaw(t, e.addr)
+		if got := r.do("MULTI"); got != "+OK\r\n" {
+			t.Fatalf("MULTI: %q", got)
+		}
+		for i := 0; i < held; i++ {
+			if got := r.do("ECHO", txValue); got != "+QUEUED\r\n" {
+				t.Fatalf("ECHO %d: %.100q", i, got)
+			}
+		}
+		n := inputBytes(t, info)
+		t.Logf("%d ECHOs of %d KiB held (then %s): %d bytes counted", held, len(txValue)>>10, end, n)
+		if n < held*int64(len(txValue)) {
+			t.Errorf("%d ECHOs of %d bytes held in an open transaction: the proxy counts %d bytes against its budget", held, len(txValue), n)
+		}
+		switch end {
+		case "EXEC":
+			want := "*" + strconv.Itoa(held) + "\r\n" + strings.Repeat(echo, held)
+			if got := r.do("EXEC"); got != want {
+				t.Fatalf("EXEC: %.200q", got)
+			}
+		case "DISCARD":
+			if got := r.do("DISCARD"); got != "+OK\r\n" {
+				t.Fatalf("DISCARD: %q", got)
+			}
+		case "close":
+			r.nc.Close()
+		case "keyed":
+			if got := r.do("SET", "{"+p+"}k", "v"); got != "+QUEUED\r\n" {
+				t.Fatalf("SET: %q", got)
+			}
+			if n := inputBytes(t, info); n < held*int64(len(txValue)) {
+				t.Errorf("held ECHOs sent with the first keyed command: the transaction's copy counts %d bytes", n)
+			}
+			want := "*" + strconv.Itoa(held+1) + "\r\n" + strings.Repeat(echo, held) + "+OK\r\n"
+			if got := r.do("EXEC"); got != want {
+				t.Fatalf("EXEC: %.200q", got)
+			}
+		}
+		settledInput(t, info, end)
+	}
+}
+
+// TestTransactionHeldRefused: a transaction that holds more keyless
+// commands than the bound (the query buffer limit), or than the budget
+// has room for, has the command that does not fit answered an error and
+// EXEC answered EXECABORT, as Redis does for a command it has no memory to
+// queue; the connection stays open and nothing stays counted. A
+// transaction of 80 ECHOs of 300 KiB (23 MiB) behind an 8 MiB budget does
+// not grow the proxy's heap past the budget. Before, every ECHO was held
+// uncounted and EXEC ran them all.
+func TestTransactionHeldRefused(t *testing.T) {
+	e := startProxy(t, nil, txBudgetConfig)
+	info := dialRaw(t, e.addr)
+	budget := txBudgetConfig.MemoryBudget
+	// fill opens a transaction on r and queues up to n ECHOs, all
+	// answered QUEUED but the first that does not fit; it returns the
+	// index of that one, or -1.
+	fill := func(t *testing.T, r *rawConn, n int) int {
+		t.Helper()
+		if got := r.do("MULTI"); got != "+OK\r\n" {
+			t.Fatalf("MULTI: %q", got)
+		}
+		refused := -1
+		for i := 0; i < n; i++ {
+			got := r.do("ECHO", txValue)
+			switch {
+			case refused < 0 && strings.HasPrefix(got, txHeldRefused):
+				refused = i
+			case got != "+QUEUED\r\n":
+				t.Fatalf("ECHO %d (the first refused: %d): %.200q", i, refused, got)
+			}
+		}
+		return refused
+	}
+	// aborted checks that r's EXEC aborts and r serves on.
+	aborted := func(t *testing.T, r *rawConn) {
+		t.Helper()
+		if got := r.do("EXEC"); !strings.HasPrefix(got, "-EXECABORT") {
+			t.Fatalf("EXEC: %.200q, want EXECABORT", got)
+		}
+		if got := r.do("PING"); got != "+PONG\r\n" {
+			t.Fatalf("PING after the aborted transaction: %q", got)
+		}
+	}
+
+	t.Run("past the bound", func(t *testing.T) {
+		// 80 ECHOs of 300 KiB: 23 MiB, about three times the budget.
+		const large = 80
+		before := heapInUse()
+		r := dialRaw(t, e.addr)
+		refused := fill(t, r, large)
+		grew := heapInUse() - before
+		n := inputBytes(t, info)
+		t.Logf("%d ECHOs of %d KiB queued (%d MiB, budget %d MiB): ECHO %d refused, heap grew by %.1f MiB, %d bytes counted",
+			large, len(txValue)>>10, large*len(txValue)>>20, budget>>20, refused, float64(grew)/(1<<20), n)
+		// The bound is 2 MiB: the 7th ECHO passes it.
+		if refused != 6 {
+			t.Errorf("the first ECHO refused is %d, want 6 (2 MiB held per transaction)", refused)
+		}
+		if grew > budget {
+			t.Errorf("a transaction of %d MiB grew the proxy's heap by %.1f MiB, past its %d MiB budget", large*len(txValue)>>20, float64(grew)/(1<<20), budget>>20)
+		}
+		if n > budget {
+			t.Errorf("the proxy counts %d bytes against a budget of %d", n, budget)
+		}
+		aborted(t, r)
+		settledInput(t, info, "EXECABORT")
+	})
+
+	t.Run("past the budget", func(t *testing.T) {
+		// Four transactions hold 1.8 MiB each, 7.2 MiB of the 8 MiB;
+		// a fifth runs out of room.
+		var full []*rawConn
+		for i := 0; i < 4; i++ {
+			r := dialRaw(t, e.addr)
+			if refused := fill(t, r, 6); refused >= 0 {
+				t.Fatalf("transaction %d: ECHO %d refused, with %d bytes counted", i, refused, inputBytes(t, info))
+			}
+			full = append(full, r)
+		}
+		r := dialRaw(t, e.addr)
+		refused := fill(t, r, 6)
+		t.Logf("four transactions of 6 ECHOs held: the fifth's ECHO %d refused", refused)
+		if refused < 0 {
+			t.Fatalf("6 ECHOs of %d KiB held after 24: none refused, %d bytes counted against a budget of %d", len(txValue)>>10, inputBytes(t, info), budget)
+		}
+		aborted(t, r)
+		echo := "$" + strconv.Itoa(len(txValue)) + "\r\n" + txValue + "\r\n"
+		for _, r := range full {
+			if got := r.do("EXEC"); got != "*6\r\n"+strings.Repeat(echo, 6) {
+				t.Fatalf("EXEC of a transaction that fit: %.200q", got)
+			}
+		}
+		settledInput(t, info, "the transactions")
+	})
+}
+
+// TestTransactionHeldGivesWay: a transaction whose held commands may fill
+// the whole budget (resp_query_buffer_limit as large as
+// resp_memory_budget) does not starve its own connection: the read that
+// finds no room drops them with the transaction, and the command read is
+// answered the error and EXEC EXECABORT, at once, the connection open and
+// nothing left counted. Held without giving way, the 900 KiB ECHO waited
+// out the timeout and its connection closed.
+func TestTransactionHeldGivesWay(t *testing.T) {
+	cfg := txBudgetConfig
+	cfg.QueryBufferLimit = int(cfg.MemoryBudget)
+	cfg.Timeout = 2 * time.Second
+	e := startProxy(t, nil, cfg)
+	r, info := dialRaw(t, e.addr), dialRaw(t, e.addr)
+	small, large := strings.Repeat("s", 100<<10), strings.Repeat("l", 900<<10)
+	if got := r.do("MULTI"); got != "+OK\r\n" {
+		t.Fatalf("MULTI: %q", got)
+	}
+	echoes, counted := 0, int64(0)
+	for ; cfg.MemoryBudget-counted >= 600<<10; echoes++ {
+		if echoes == 200 {
+			t.Fatalf("%d ECHOs of 100 KiB held: the proxy counts %d bytes", echoes, counted)
+		}
+		if got := r.do("ECHO", small); got != "+QUEUED\r\n" {
+			t.Fatalf("ECHO %d: %.100q", echoes, got)
+		}
+		counted = inputBytes(t, info)
+	}
+	t.Logf("%d ECHOs of 100 KiB held: %d bytes counted (budget %d); then one of 900 KiB", echoes, counted, cfg.MemoryBudget)
+	start := time.Now()
+	if got := r.do("ECHO", large); !strings.HasPrefix(got, txHeldRefused) {
+		t.Fatalf("the ECHO of 900 KiB: %.100q", got)
+	}
+	if waited := time.Since(start); waited >= cfg.Timeout {
+		t.Errorf("the ECHO of 900 KiB was answered after %v, the timeout", waited)
+	}
+	if got := r.do("EXEC"); !strings.HasPrefix(got, "-EXECABORT") {
+		t.Fatalf("EXEC: %.200q, want EXECABORT", got)
+	}
+	settledInput(t, info, "EXECABORT")
+	if got := r.do("ECHO", large); got != "$"+strconv.Itoa(len(large))+"\r\n"+large+"\r\n" {
+		t.Fatalf("ECHO of 900 KiB after the transaction: %.100q", got)
+	}
+}
+
+// settledInput waits until the proxy counts nothing against its budget.
+func settledInput(t *testing.T, info *rawConn, after string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := inputBytes(t, info)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s the proxy still counts %d bytes of input", after, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -118,7 +118,7 @@ var settings = []setting{
 		ptr: func(c *serveConfig) any { return &c.RESPMaxBulkLen }},
 	{name: setRESPQueryBuf, typ: "bytes", def: strconv.Itoa(proxy.DefaultQueryBufferLimit), doc: "unparsed input one connection may hold (Redis's client-query-buffer-limit); at least resp_max_bulk_len (left unset, at least resp_max_bulk_len + 64 KiB), at most resp_memory_budget", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPQueryBufferLimit }},
-	{name: setRESPBudget, typ: "bytes", def: strconv.Itoa(proxy.DefaultMemoryBudget), doc: "input all connections may hold together, with the copies of open transactions' queued commands; past it reads wait, then connections close (a transaction's copy is dropped instead); at least resp_query_buffer_limit", cmds: cmdProxy,
+	{name: setRESPBudget, typ: "bytes", def: strconv.Itoa(proxy.DefaultMemoryBudget), doc: "input all connections may hold together, with what open transactions keep of their queued commands; past it reads wait, then connections close (a transaction's copy is dropped instead; a keyless command it cannot hold is answered an error, and EXEC EXECABORT); at least resp_query_buffer_limit", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPMemoryBudget }},
 	{name: setRESPFlush, typ: "bool", def: "false", doc: "let clients run FLUSHALL/FLUSHDB: every primary emptied (hotcount's own keys kept) and every counter of the durable store cleared", cmds: cmdProxy,
 		ptr: func(c *serveConfig) any { return &c.RESPAllowFlush }},
