@@ -11,13 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/durmetrics"
 )
 
 // AdminHandler returns the HTTP handler of the admin port:
 //
 //	GET /metrics  Prometheus metrics from a registry of the proxy's own:
-//	              Go and process collectors, the proxy's counters and the
-//	              Client's buffer gauges
+//	              Go and process collectors, the proxy's counters, the
+//	              Client's buffer gauges and, with Config.Durable, the
+//	              durable store's series (checkpoints, rollups, ...)
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 when Ready (not draining, the cluster answers PING),
 //	              else 503 with the reason
@@ -29,7 +31,7 @@ func (s *Server) AdminHandler() (http.Handler, error) {
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collector{s},
+		newCollector(s),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: registering metrics: %w", ErrConfig, err)
@@ -168,17 +170,34 @@ var metrics = []metric{
 }
 
 // collector exports the proxy's metrics, read at scrape time.
-type collector struct{ s *Server }
+type collector struct {
+	s   *Server
+	dur *durmetrics.Metrics // nil without a durable store
+}
+
+func newCollector(s *Server) collector {
+	c := collector{s: s}
+	if s.cfg.Durable {
+		c.dur = durmetrics.New()
+	}
+	return c
+}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range metrics {
 		ch <- m.desc
 	}
+	if c.dur != nil {
+		c.dur.Describe(ch)
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	bs := c.s.counters.Stats().Buffer // one scan of the buffer per scrape
+	st := c.s.counters.Stats() // one scan of the buffer per scrape
 	for _, m := range metrics {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(c.s, &bs))
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(c.s, &st.Buffer))
+	}
+	if c.dur != nil {
+		c.dur.Collect(ch, &st)
 	}
 }

@@ -118,6 +118,11 @@ type Config struct {
 	// Replies maps a counter namespace's prefix to its reply mode;
 	// namespaces not listed answer ReplyEstimate.
 	Replies map[string]Reply
+	// Durable says that Counters have a durable store: the admin port's
+	// /metrics then exports its series (group commits, rollups,
+	// checkpoints and restores, the view healer, the clean-up pass) under
+	// the names and labels serve exports them.
+	Durable bool
 	// MaxBulkLen is the largest bulk argument (Redis's
 	// proto-max-bulk-len): a larger bulk length is answered "-ERR
 	// Protocol error: invalid bulk length" as soon as its header arrives,

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/proxy"
 )
 
@@ -175,13 +177,31 @@ func TestPythonRedis(t *testing.T) {
 
 // TestMetricsPromtool: the admin port's /metrics, scraped after counter
 // and plain traffic driven by redis-cli through a proxy with a buffered
-// namespace, passes `promtool check metrics` (its lint of names, help
-// and types), as the server's does.
+// namespace and a durable store, passes `promtool check metrics` (its lint
+// of names, help and types), as the server's does, and has every series
+// docs/proxy.md names, the durable store's (checkpoints) among them.
 func TestMetricsPromtool(t *testing.T) {
 	bin := need(t, "promtool", "", "prometheus")
 	cli := need(t, "redis-cli", "", "redis-tools")
 	p := uniq(t)
-	e := startProxy(t, []hotcount.Namespace{{Prefix: p + "tl:", Buffered: true, ReadCacheTTL: readCacheTTL}}, proxy.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "hc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hc, err := hotcount.New(ctx, hotcount.Config{
+		Redis:      hotcount.RedisConfig{Addrs: cluster.Seeds()},
+		Defaults:   hotcount.Namespace{FlushInterval: 50 * time.Millisecond},
+		Namespaces: []hotcount.Namespace{{Prefix: p + "tl:", Buffered: true, ReadCacheTTL: readCacheTTL}},
+		Durability: hotcount.DurabilityConfig{Store: db, CheckpointInterval: 50 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close(context.Background())
+	e := startProxyWith(t, hc, proxy.Config{Durable: true})
 	host, port := hostPort(t, e.addr)
 	runTool(t, cli, "-h", host, "-p", port, "-r", "20", "INCR", p+"tl:a")
 	runTool(t, cli, "-h", host, "-p", port, "GET", p+"tl:a")
@@ -194,16 +214,24 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	var body []byte
+	// The time of the last checkpoint is there once one succeeded.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(string(body), "\nhotcount_checkpoint_last_success_timestamp_seconds "); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint in 20 s:\n%s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+		}
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
-	}
-	for _, want := range []string{"hotcount_proxy_commands_total", "hotcount_buffer_unflushed_delta", "go_goroutines"} {
+	for _, want := range []string{"hotcount_proxy_commands_total", "hotcount_buffer_unflushed_delta", "go_goroutines", "hotcount_checkpoints_total"} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics has no %s:\n%s", want, body)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotcount/hotcount"
+	"github.com/hotcount/hotcount/internal/durmetrics"
 )
 
 // pingTimeout bounds the reachability check a scrape makes
@@ -30,7 +31,8 @@ func counter(name, help string, f func(s *hotcount.Stats) float64) clientMetric 
 }
 
 // clientMetrics are the Client's own gauges and counters: buffered deltas
-// (the loss window), the durable layer, automatic re-placement.
+// (the loss window), automatic re-placement and N, lifecycle; the durable
+// layer's are durmetrics' (the proxy's admin port exports them too).
 var clientMetrics = []clientMetric{
 	gauge("hotcount_buffer_unflushed_delta", "Signed sum of this process's buffered deltas not yet acknowledged by the cache.",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.Unflushed) }),
@@ -68,46 +70,6 @@ var clientMetrics = []clientMetric{
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.ColdDropped) }),
 	gauge("hotcount_cold_dropped_delta", "Signed sum of the deltas of the cold flushes dropped without a reply since start (at most this much is missing).",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.ColdDroppedDelta) }),
-	counter("hotcount_durable_batches_total", "Group commits of the durable event log.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Batches) }),
-	counter("hotcount_durable_events_total", "Durable increments committed.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Events) }),
-	counter("hotcount_durable_failed_events_total", "Durable increments whose group commit failed.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.FailedEvents) }),
-	counter("hotcount_durable_view_misses_total", "Committed durable increments missing from the cache view (the view is behind until it heals).",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.ViewMisses) }),
-	counter("hotcount_rollups_total", "Rollup runs of the durable event log.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Rollups) }),
-	counter("hotcount_rollup_folded_events_total", "Events the rollup folded into totals.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Folded) }),
-	counter("hotcount_rollup_errors_total", "Rollup runs that failed.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.RollupErrors) }),
-	counter("hotcount_checkpoints_total", "Fast-mode checkpoint rounds.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Checkpoints) }),
-	counter("hotcount_checkpoint_errors_total", "Checkpoint rounds that failed.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.CheckpointErrors) }),
-	counter("hotcount_checkpoint_saved_total", "Sub-counter checkpoints written.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Saved) }),
-	gauge("hotcount_checkpoint_tracked_counters", "Fast-mode counters watched for checkpoints.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Tracked) }),
-	counter("hotcount_checkpoint_untracked_total", "Counter touches not watched because the tracking bound was reached.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Untracked) }),
-	counter("hotcount_restores_total", "Cache nodes found empty and restored from checkpoints.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Restores) }),
-	counter("hotcount_restored_subcounters_total", "Sub-counters restored from checkpoints.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.RestoredKeys) }),
-	gauge("hotcount_restored_amount", "Signed sum restored into sub-counters from checkpoints since start.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.RestoredAmount) }),
-	counter("hotcount_heal_sweeps_total", "Sweeps that compared the cache view of durable counters with the log.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.HealSweeps) }),
-	counter("hotcount_heal_errors_total", "Sweeps of the view healer that failed.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.HealErrors) }),
-	counter("hotcount_view_repairs_total", "Cache views of durable counters the healer corrected to their log value.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Repairs) }),
-	gauge("hotcount_view_repaired_amount", "Signed sum of the healer's corrections since start (positive: views were behind).",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.RepairedAmount) }),
-	gauge("hotcount_view_behind_counters", "Durable counters whose cache view the healer found off and has not repaired yet.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.Behind) }),
 	counter("hotcount_rebalance_checks_total", "Looks at the slot map by automatic re-placement.",
 		func(s *hotcount.Stats) float64 { return float64(s.Rebalance.Checks) }),
 	counter("hotcount_rebalance_moved_total", "Counters whose colliding sub-counters automatic re-placement moved back onto distinct primaries.",
@@ -128,28 +90,6 @@ var clientMetrics = []clientMetric{
 		func(s *hotcount.Stats) float64 { return float64(s.Counters.Cold) }),
 	counter("hotcount_counters_expired_total", "Counters this process removed at or past their deadline.",
 		func(s *hotcount.Stats) float64 { return float64(s.Counters.Expired) }),
-	counter("hotcount_durable_clears_total", "Clears (and expiries at once) recorded in the durable store.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Clears) }),
-	counter("hotcount_durable_clear_errors_total", "Clears the durable store failed to record (the cache was cleared; the call returned the error).",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.ClearErrors) }),
-	counter("hotcount_cleanup_passes_total", "Clean-up passes of the durable store.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Passes) }),
-	counter("hotcount_cleanup_errors_total", "Clean-up passes that failed, in whole or in part.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PassErrors) }),
-	counter("hotcount_cleanup_expired_counters_total", "Expired counters the clean-up pass cleared from the durable store.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Expired) }),
-	counter("hotcount_cleanup_moved_deadlines_total", "Deadline records the clean-up pass moved to a later deadline (the counter lives on).",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Moved) }),
-	counter("hotcount_cleanup_unsettled_total", "Counters a clean-up pass could not settle (left for the next pass).",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Errors) }),
-	counter("hotcount_cleanup_noted_deadlines_total", "Deadline estimates (counters of a namespace with a TTL) written to the durable store.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Noted) }),
-	gauge("hotcount_cleanup_pending_deadlines", "Deadline estimates waiting for the next clean-up pass.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.Pending) }),
-	counter("hotcount_durable_pruned_ids_total", "Idempotency ids pruned past the dedup window.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PrunedIDs) }),
-	counter("hotcount_durable_pruned_tombstones_total", "Tombstones of cleared counters pruned past their retention.",
-		func(s *hotcount.Stats) float64 { return float64(s.Durability.GC.PrunedTombstones) }),
 }
 
 // clientCollector exports the Client's stats and measurements at scrape
@@ -157,15 +97,10 @@ var clientMetrics = []clientMetric{
 type clientCollector struct {
 	c          Backend
 	budget     float64
+	dur        *durmetrics.Metrics
 	nodeTotal  *prometheus.Desc
-	lastCkpt   *prometheus.Desc
 	cacheUp    *prometheus.Desc
 	nodeBudget *prometheus.Desc
-	lastClean  *prometheus.Desc
-	storeRows  *prometheus.Desc
-	storeBytes *prometheus.Desc
-	cacheKeys  *prometheus.Desc
-	cacheBytes *prometheus.Desc
 	// Per peer region.
 	regionLag, regionShipped, regionBytes, regionErrors, regionLast, regionHolder *prometheus.Desc
 }
@@ -174,24 +109,13 @@ func newClientCollector(c Backend, budget float64) *clientCollector {
 	return &clientCollector{
 		c:      c,
 		budget: budget,
+		dur:    durmetrics.New(),
 		nodeTotal: prometheus.NewDesc("hotcount_cache_writes_total",
 			"Cache writes this process sent to each node.", []string{"node"}, nil),
-		lastCkpt: prometheus.NewDesc("hotcount_checkpoint_last_success_timestamp_seconds",
-			"Unix time the last successful checkpoint round ended (absent before the first).", nil, nil),
 		cacheUp: prometheus.NewDesc("hotcount_cache_up",
 			"1 if the cache answered a read at scrape time (bounded by 1 s), else 0.", nil, nil),
 		nodeBudget: prometheus.NewDesc("hotcount_node_budget_writes_per_second",
 			"Cache writes per second one node may take (the budget drawn on the dashboard).", nil, nil),
-		lastClean: prometheus.NewDesc("hotcount_cleanup_last_success_timestamp_seconds",
-			"Unix time the last successful clean-up pass ended (absent before the first).", nil, nil),
-		storeRows: prometheus.NewDesc("hotcount_durable_store_rows",
-			"Rows of each table of the durable store, as the last clean-up pass counted them.", []string{"table"}, nil),
-		storeBytes: prometheus.NewDesc("hotcount_durable_store_bytes",
-			"Bytes the durable store holds (tables, indexes; SQLite: with its log), as the last clean-up pass measured them.", nil, nil),
-		cacheKeys: prometheus.NewDesc("hotcount_cache_keys",
-			"Keys each cache primary holds (DBSIZE), as the last clean-up pass read them.", []string{"node"}, nil),
-		cacheBytes: prometheus.NewDesc("hotcount_cache_memory_bytes",
-			"Memory each cache primary uses (used_memory), as the last clean-up pass read it.", []string{"node"}, nil),
 		regionLag: prometheus.NewDesc("hotcount_region_lag_seconds",
 			"Time since the last successful ship round to the peer region (this region's shipping process only; about the ship interval when healthy).", []string{"peer"}, nil),
 		regionShipped: prometheus.NewDesc("hotcount_region_shipped_records_total",
@@ -212,15 +136,10 @@ func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range clientMetrics {
 		ch <- m.desc
 	}
+	cc.dur.Describe(ch)
 	ch <- cc.nodeTotal
-	ch <- cc.lastCkpt
 	ch <- cc.cacheUp
 	ch <- cc.nodeBudget
-	ch <- cc.lastClean
-	ch <- cc.storeRows
-	ch <- cc.storeBytes
-	ch <- cc.cacheKeys
-	ch <- cc.cacheBytes
 	ch <- cc.regionLag
 	ch <- cc.regionShipped
 	ch <- cc.regionBytes
@@ -235,23 +154,7 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range clientMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(&st))
 	}
-	if t := st.Durability.LastCheckpoint; !t.IsZero() {
-		ch <- prometheus.MustNewConstMetric(cc.lastCkpt, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
-	}
-	gc := &st.Durability.GC
-	if !gc.LastPass.IsZero() {
-		ch <- prometheus.MustNewConstMetric(cc.lastClean, prometheus.GaugeValue, float64(gc.LastPass.UnixNano())/1e9)
-	}
-	if gc.StoreRows != nil {
-		for table, n := range gc.StoreRows {
-			ch <- prometheus.MustNewConstMetric(cc.storeRows, prometheus.GaugeValue, float64(n), table)
-		}
-		ch <- prometheus.MustNewConstMetric(cc.storeBytes, prometheus.GaugeValue, float64(gc.StoreBytes))
-	}
-	for _, n := range gc.Cache {
-		ch <- prometheus.MustNewConstMetric(cc.cacheKeys, prometheus.GaugeValue, float64(n.Keys), n.Node)
-		ch <- prometheus.MustNewConstMetric(cc.cacheBytes, prometheus.GaugeValue, float64(n.Bytes), n.Node)
-	}
+	cc.dur.Collect(ch, &st)
 	for i, l := range st.Regions {
 		ch <- prometheus.MustNewConstMetric(cc.regionShipped, prometheus.CounterValue, float64(l.Shipped), l.Peer)
 		ch <- prometheus.MustNewConstMetric(cc.regionBytes, prometheus.CounterValue, float64(l.Bytes), l.Peer)

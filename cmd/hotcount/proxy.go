@@ -50,6 +50,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(cfg.Redis) == 0 {
 		return usagef(stderr, "proxy: --redis is required (the seeds of the Redis Cluster to front)")
 	}
+	if err := checkProxyStore(cfg); err != nil {
+		return usagef(stderr, "proxy: %v", err)
+	}
 	if len(cfg.Namespaces) == 0 {
 		fmt.Fprintln(stderr, "hotcount: warning: no namespaces in the config file: no key is a counter, every command passes through")
 	}
@@ -72,11 +75,43 @@ func proxyClientConfig(cfg serveConfig, db durable.Backend) (hotcount.Config, ma
 	return hc, replies
 }
 
-// openProxyDurable opens a durable store only when one is named: a
-// PostgreSQL URL, or a data folder given explicitly (proxies beside many
-// app hosts share PostgreSQL, not a file each).
+// proxyHasStore reports whether the proxy opens a durable store: only
+// when one is named, a PostgreSQL URL or a data folder given explicitly
+// (proxies beside many app hosts share PostgreSQL, not a file each).
+func proxyHasStore(cfg serveConfig) bool {
+	return cfg.Postgres != "" || cfg.Sources[setData] != "default"
+}
+
+// checkProxyStore refuses a configuration that puts counters in durable
+// mode (the default mode or a namespace's) when the proxy opens no
+// durable store, naming the settings that give it one.
+func checkProxyStore(cfg serveConfig) error {
+	if proxyHasStore(cfg) {
+		return nil
+	}
+	what := ""
+	if cfg.Mode == string(hotcount.ModeDurable) {
+		what = fmt.Sprintf("%s (from %s) is %s", setMode, cfg.Sources[setMode], cfg.Mode)
+	} else {
+		for i, ns := range cfg.Namespaces {
+			if ns.Mode == string(hotcount.ModeDurable) {
+				what = fmt.Sprintf("namespaces[%d] (prefix %q, from %s) has mode %s", i, ns.Prefix, cfg.Sources["namespaces"], ns.Mode)
+				break
+			}
+		}
+	}
+	if what == "" {
+		return nil
+	}
+	data, pg := settingByName(setData), settingByName(setPostgres)
+	return fmt.Errorf("%w: %s, which needs a durable store: give --%s DIR or --%s URL (%s or %s in the config file, %s or %s)",
+		errInvalidConfig, what, data.flag(), pg.flag(), data.name, pg.name, data.env(), pg.env())
+}
+
+// openProxyDurable opens a durable store only when one is named (see
+// proxyHasStore).
 func openProxyDurable(ctx context.Context, cfg serveConfig) (durable.Backend, func() error, error) {
-	if cfg.Postgres == "" && cfg.Sources[setData] == "default" {
+	if !proxyHasStore(cfg) {
 		return nil, func() error { return nil }, nil
 	}
 	return openDurable(ctx, cfg)
@@ -117,6 +152,7 @@ func serveProxy(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) 
 		Announce:         cfg.RESPAnnounce,
 		Peers:            cfg.RESPPeers,
 		Replies:          replies,
+		Durable:          db != nil,
 		Logger:           logger,
 	})
 	if err != nil {

@@ -409,3 +409,143 @@ func TestProxyCountersFlushDelay(t *testing.T) {
 		t.Fatalf("serve: Redis.FlushDelay = %v, IncrBatchWindow %v, want 0, 0", hc.Redis.FlushDelay, hc.Redis.IncrBatchWindow)
 	}
 }
+
+// TestProxyDurableNeedsStore: a proxy whose configuration puts counters in
+// durable mode without a durable store is a usage error (exit 2) whose
+// message names what the operator sets (--data, --postgres, their keys
+// and variables), not the library's field.
+func TestProxyDurableNeedsStore(t *testing.T) {
+	clearServeEnv(t)
+	dir := t.TempDir()
+	nsConf := filepath.Join(dir, "ns.yaml")
+	os.WriteFile(nsConf, []byte("namespaces: [{prefix: \"likes:\"}, {prefix: \"orders:\", mode: durable}]\n"), 0o644)
+	modeConf := filepath.Join(dir, "mode.yaml")
+	os.WriteFile(modeConf, []byte("mode: durable\nnamespaces: [{prefix: \"likes:\"}]\n"), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		what string
+	}{
+		{"namespace", []string{"--config", nsConf}, "", `namespaces[1] (prefix "orders:", from file ` + nsConf + `)`},
+		{"default mode", []string{"--config", modeConf}, "", "mode (from file " + modeConf + ")"},
+		{"mode flag", []string{"--config", nsConf, "--mode", "durable"}, "", "mode (from flag --mode)"},
+		{"mode env", []string{"--config", nsConf}, "durable", "mode (from env HOTCOUNT_MODE)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("HOTCOUNT_MODE", tc.env)
+			code, _, stderr := runCLI(append([]string{"proxy", "--redis", "127.0.0.1:1"}, tc.args...)...)
+			if code != exitUsage || strings.Count(stderr, "\n") != 1 {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line", code, stderr)
+			}
+			for _, w := range []string{tc.what, "durable", "--data", "--postgres", "HOTCOUNT_DATA", "HOTCOUNT_POSTGRES"} {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q does not say %q", stderr, w)
+				}
+			}
+			if strings.Contains(stderr, "Durability.Store") {
+				t.Errorf("stderr %q names the library's field", stderr)
+			}
+		})
+	}
+}
+
+// proxyDurableSeries are series of the durable store that the shipped
+// alert rules and dashboard read; serve exports them, and so does a
+// proxy with --data or --postgres.
+var proxyDurableSeries = []string{
+	"hotcount_checkpoints_total", "hotcount_checkpoint_errors_total", "hotcount_checkpoint_saved_total",
+	"hotcount_checkpoint_tracked_counters", "hotcount_checkpoint_last_success_timestamp_seconds",
+	"hotcount_restores_total", "hotcount_durable_events_total", "hotcount_durable_failed_events_total",
+	"hotcount_durable_view_misses_total", "hotcount_rollup_errors_total", "hotcount_heal_errors_total",
+	"hotcount_cleanup_errors_total", "hotcount_cleanup_passes_total",
+}
+
+// TestProxyDurableMetrics: `hotcount proxy --data DIR` takes checkpoints,
+// and its admin port's /metrics has the durable store's series under
+// serve's names (the checkpoint alerts of deploy/prometheus watch it),
+// the last checkpoint's time among them once one succeeded; it passes
+// `promtool check metrics`. Without a durable store it has none.
+func TestProxyDurableMetrics(t *testing.T) {
+	clearServeEnv(t)
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: install it with `apt-get install -y prometheus` (scripts/test does)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := testenv.StartNode(ctx, testenv.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	conf := filepath.Join(t.TempDir(), "proxy.yaml")
+	os.WriteFile(conf, []byte("namespaces: [{prefix: \"likes:\", buffered: true}]\n"), 0o644)
+	scrape := func(admin string) string {
+		t.Helper()
+		resp, err := http.Get(admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+		}
+		return string(b)
+	}
+	has := func(body, name string) bool { return strings.Contains(body, "\n# TYPE "+name+" ") }
+
+	addr, admin, stop := inProcessProxy(t, "--redis", n.Addr, "--config", conf, "--admin-listen", "127.0.0.1:0",
+		"--data", filepath.Join(t.TempDir(), "data"), "--checkpoint-interval", "100ms")
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := rc.Incr(ctx, "likes:post:42").Err(); err != nil {
+			t.Fatal(err)
+		}
+		body = scrape(admin)
+		if has(body, "hotcount_checkpoint_last_success_timestamp_seconds") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint in 30 s: /metrics of a proxy with --data:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, name := range proxyDurableSeries {
+		if !has(body, name) {
+			t.Errorf("/metrics of a proxy with --data has no %s", name)
+		}
+	}
+	if !strings.Contains(body, "\nhotcount_checkpoint_tracked_counters 1\n") {
+		t.Errorf("/metrics of a proxy with --data: want hotcount_checkpoint_tracked_counters 1")
+	}
+	cmd := exec.Command(bin, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	rc.Close()
+	if code, stderr := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+
+	addr, admin, stop = inProcessProxy(t, "--redis", n.Addr, "--config", conf, "--admin-listen", "127.0.0.1:0")
+	rc = redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	if err := rc.Incr(ctx, "likes:post:42").Err(); err != nil {
+		t.Fatal(err)
+	}
+	body = scrape(admin)
+	for _, name := range proxyDurableSeries {
+		if has(body, name) {
+			t.Errorf("/metrics of a proxy without a durable store has %s", name)
+		}
+	}
+	rc.Close()
+	if code, stderr := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}

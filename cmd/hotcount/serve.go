@@ -21,6 +21,7 @@ import (
 	"github.com/hotcount/hotcount/durable/sqlite"
 	"github.com/hotcount/hotcount/internal/dirlock"
 	"github.com/hotcount/hotcount/server"
+	"github.com/hotcount/hotcount/store/mem"
 )
 
 // shutdownTimeout bounds the graceful stop: in-flight requests first, then
@@ -120,6 +121,19 @@ func openDurable(ctx context.Context, cfg serveConfig) (db durable.Backend, rele
 	return sdb, sdb.Close, nil
 }
 
+// embeddedNodesChanged says that the embedded store's file in the data
+// folder was written with another embedded_nodes than cfg's, and what to
+// start with.
+func embeddedNodesChanged(cfg serveConfig, ne *mem.NodesError) string {
+	s := settingByName(setEmbeddedNodes)
+	where := ""
+	if src := cfg.Sources[s.name]; src != "" && src != "default" {
+		where = " (from " + src + ")"
+	}
+	return fmt.Sprintf("%s%s is %d, but the data folder %s was written with %d nodes: start with --%s %d (%s %d) or another data folder",
+		s.name, where, ne.Nodes, cfg.Data, ne.Written, s.flag(), ne.Written, s.env(), ne.Written)
+}
+
 // logger returns the log of serve on stderr, in the configured format.
 func logger(cfg serveConfig, stderr io.Writer) *slog.Logger {
 	if cfg.LogFormat == "json" {
@@ -142,6 +156,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) int {
 	c, err := hotcount.New(ctx, withTimings(clientConfig(cfg, db), timings))
 	if err != nil {
 		closeDB()
+		if ne := (*mem.NodesError)(nil); errors.As(err, &ne) {
+			return usagef(stderr, "serve: %s", embeddedNodesChanged(cfg, ne))
+		}
 		return openFailure(stderr, "serve", err)
 	}
 	// closeClient drains the Client (buffered deltas, pending durable

@@ -290,3 +290,46 @@ func TestServeBinaryDurable(t *testing.T) {
 	}
 	stopBinary(t, cmd, stderr)
 }
+
+// TestServeEmbeddedNodesChanged: serve on a data folder whose embedded
+// store was written with another embedded_nodes is a configuration
+// error: exit 2, one line naming the setting, the value given and the
+// value the data was written with.
+func TestServeEmbeddedNodesChanged(t *testing.T) {
+	clearServeEnv(t)
+	data := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runServe(ctx, []string{"--listen", "127.0.0.1:0", "--data", data, "--embedded-nodes", "3"}, pw, &stderr)
+		pw.Close()
+	}()
+	readAddr(t, pr)
+	go io.Copy(io.Discard, pr)
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("first start: exit %d, stderr %q", code, stderr.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want []string
+	}{
+		{[]string{"--embedded-nodes", "5"}, "", []string{"embedded_nodes (from flag --embedded-nodes)", "is 5", "written with 3"}},
+		{nil, "4", []string{"embedded_nodes (from env HOTCOUNT_EMBEDDED_NODES)", "is 4", "written with 3"}},
+	} {
+		t.Setenv("HOTCOUNT_EMBEDDED_NODES", tc.env)
+		code, _, stderr := runCLI(append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data}, tc.args...)...)
+		if code != exitUsage || strings.Count(stderr, "\n") != 1 {
+			t.Fatalf("%q: exit %d, stderr %q; want exit 2 and one line", tc.args, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: stderr %q does not say %q", tc.args, stderr, w)
+			}
+		}
+	}
+}

@@ -90,6 +90,19 @@ type journal struct {
 // ErrAOF: the append-only file could not be written or read.
 var ErrAOF = errors.New("mem: append-only file")
 
+// NodesError is the error of Open (wrapped in ErrAOF) when the
+// append-only file was written by a store of another number of nodes
+// (Config.Nodes): its sentinels would be taken for lost nodes, and the
+// checkpoints added to the replayed values again.
+type NodesError struct {
+	Written int // the nodes of the store that wrote the file
+	Nodes   int // the nodes of this store
+}
+
+func (e *NodesError) Error() string {
+	return fmt.Sprintf("it was written by a store of %d nodes, this one has %d: start with the same number of nodes", e.Written, e.Nodes)
+}
+
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -292,9 +305,7 @@ func (s *Store) replay(r io.Reader) (int64, error) {
 		switch rec.kind {
 		case recNodes:
 			if int(rec.v) != len(s.nodes) {
-				// Its sentinels would be taken for lost nodes, and the
-				// checkpoints added to the replayed values again.
-				return good, fmt.Errorf("it was written by a store of %d nodes, this one has %d: start with the same number of nodes", rec.v, len(s.nodes))
+				return good, &NodesError{Written: int(rec.v), Nodes: len(s.nodes)}
 			}
 		case recInt, recDel, recToken, recSeq:
 			nd := s.nodeOf(rec.key)

@@ -2,6 +2,7 @@ package mem
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,8 +130,13 @@ func TestAOFRefusesOtherNodeCount(t *testing.T) {
 	}
 	s.IncrBy(context.Background(), "{a#0}", 1)
 	s.Close()
-	if _, err := Open(Config{AOF: path, Nodes: 5}); err == nil || !strings.Contains(err.Error(), "3 nodes") {
+	_, err = Open(Config{AOF: path, Nodes: 5})
+	if err == nil || !strings.Contains(err.Error(), "3 nodes") {
 		t.Fatalf("Open with 5 nodes on a file of 3: %v", err)
+	}
+	// Both counts, for the caller to name its own setting.
+	if ne := (*NodesError)(nil); !errors.As(err, &ne) || !errors.Is(err, ErrAOF) || ne.Written != 3 || ne.Nodes != 5 {
+		t.Fatalf("Open with 5 nodes on a file of 3: %v, want ErrAOF and NodesError{3, 5}", err)
 	}
 	r, err := Open(Config{AOF: path, Nodes: 3})
 	if err != nil {
