@@ -274,8 +274,15 @@ type Checkpoints interface {
 	// one are absent from the map.
 	LoadCheckpoints(ctx context.Context, keys []string) (map[string]Checkpoint, error)
 	// ListCheckpoints returns every checkpoint whose key starts with
-	// prefix, sorted by key (for restore after cache loss).
+	// prefix, sorted by key. It holds the whole list: for a prefix that
+	// may name many checkpoints, page with ListCheckpointsAfter.
 	ListCheckpoints(ctx context.Context, prefix string) ([]Checkpoint, error)
+	// ListCheckpointsAfter returns up to limit checkpoints whose key
+	// starts with prefix and comes after the key after in byte order,
+	// sorted by key: one page, read from the key index. Fewer than limit
+	// means the last page; the next page starts after the last key of
+	// this one.
+	ListCheckpointsAfter(ctx context.Context, prefix, after string, limit int) ([]Checkpoint, error)
 }
 
 // Log is the durable event log.
@@ -300,8 +307,14 @@ type Log interface {
 	// wraps ErrOverflow and names it, and the map holds every other key.
 	ExactMulti(ctx context.Context, keys []string) (map[string]int64, error)
 	// Keys lists, sorted, the keys starting with prefix that have a rollup
-	// total or events.
+	// total or events. It holds the whole list: for a prefix that may
+	// name many keys, page with KeysAfter.
 	Keys(ctx context.Context, prefix string) ([]string, error)
+	// KeysAfter is one page of Keys: up to limit keys starting with
+	// prefix that come after the key after in byte order, sorted, read
+	// from the key indexes. Fewer than limit means the last page; the
+	// next page starts after the last key of this one.
+	KeysAfter(ctx context.Context, prefix, after string, limit int) ([]string, error)
 }
 
 // Meta stores counter metadata (label sets) as opaque bytes.

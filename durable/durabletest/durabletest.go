@@ -80,6 +80,8 @@ func Run(t *testing.T, open func(t *testing.T) durable.Backend, old func(t *test
 		{"MetaBatchAndDelete", testMetaBatch},
 		{"Deadlines", testDeadlines},
 		{"ClearKeepsLaterEvents", testClearKeepsLater},
+		{"KeysInPages", testKeysAfter},
+		{"CheckpointsInPages", testCheckpointsAfter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

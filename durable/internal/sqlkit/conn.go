@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hotcount/hotcount/durable"
 	"github.com/hotcount/hotcount/keyspace"
@@ -275,11 +277,68 @@ func ListCheckpoints(ctx context.Context, c Conn, d Dialect, prefix string) ([]d
 		` ORDER BY key`, prefix)
 }
 
-func checkpoints(ctx context.Context, c Conn, q string, arg any) ([]durable.Checkpoint, error) {
+// ListCheckpointsAfter returns up to limit checkpoints whose key starts
+// with prefix and is after after, sorted by key (see KeyRange).
+func ListCheckpointsAfter(ctx context.Context, c Conn, d Dialect, prefix, after string, limit int) ([]durable.Checkpoint, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	cond, args := KeyRange(d, "key", prefix, after)
+	args = append(args, int64(limit))
+	return checkpoints(ctx, c, `SELECT key, total, epoch, at_ns FROM checkpoints WHERE `+cond+
+		` ORDER BY key LIMIT $`+strconv.Itoa(len(args)), args...)
+}
+
+// KeyRange returns the condition on col of the keys that start with prefix
+// and come after after in byte order, with its parameters ($1 on): a range
+// of the key index (from prefix or after, whichever is later, to the first
+// key past the prefix), so that a page ordered by col with a limit reads
+// only its own rows.
+func KeyRange(d Dialect, col, prefix, after string) (string, []any) {
+	cond, args := d.Prefix(col, 1), []any{prefix}
+	if after >= prefix {
+		cond += ` AND ` + col + ` > $2`
+		args = append(args, after)
+	} else {
+		cond += ` AND ` + col + ` >= $2`
+		args = append(args, prefix)
+	}
+	if hi, ok := PrefixEnd(prefix); ok {
+		cond += ` AND ` + col + ` < $3`
+		args = append(args, hi)
+	}
+	return cond, args
+}
+
+// PrefixEnd returns the least valid UTF-8 string, in byte order, after
+// every string that starts with prefix: prefix with its last character
+// replaced by the next one (dropping trailing U+10FFFF). ok is false for an
+// empty prefix, one of U+10FFFF only, or one that is not valid UTF-8 (the
+// range then has no upper bound).
+func PrefixEnd(prefix string) (string, bool) {
+	if !utf8.ValidString(prefix) {
+		return "", false
+	}
+	for prefix != "" {
+		r, size := utf8.DecodeLastRuneInString(prefix)
+		prefix = prefix[:len(prefix)-size]
+		if r == utf8.MaxRune {
+			continue
+		}
+		r++
+		if r >= 0xD800 && r <= 0xDFFF { // surrogates are not characters
+			r = 0xE000
+		}
+		return prefix + string(r), true
+	}
+	return "", false
+}
+
+func checkpoints(ctx context.Context, c Conn, q string, args ...any) ([]durable.Checkpoint, error) {
 	var out []durable.Checkpoint
 	var key string
 	var total, epoch, at int64
-	err := c.Query(ctx, q, []any{arg}, func(scan func(...any) error) error {
+	err := c.Query(ctx, q, args, func(scan func(...any) error) error {
 		if err := scan(&key, &total, &epoch, &at); err != nil {
 			return err
 		}
@@ -294,6 +353,22 @@ func checkpoints(ctx context.Context, c Conn, q string, arg any) ([]durable.Chec
 func Keys(ctx context.Context, c Conn, d Dialect, prefix string) ([]string, error) {
 	keys, err := Strings(ctx, c, `SELECT key FROM totals WHERE `+d.Prefix("key", 1)+
 		` UNION SELECT key FROM events WHERE `+d.Prefix("key", 1), prefix)
+	return SortKeys(keys), err
+}
+
+// KeysAfter lists, sorted, up to limit keys starting with prefix and
+// after after that have a rollup total or log rows. Each table gives at
+// most limit keys from its key index (the events' distinct keys), and the
+// union of those is cut to limit.
+func KeysAfter(ctx context.Context, c Conn, d Dialect, prefix, after string, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	cond, args := KeyRange(d, "key", prefix, after)
+	args = append(args, int64(limit))
+	lim := ` ORDER BY key LIMIT $` + strconv.Itoa(len(args))
+	keys, err := Strings(ctx, c, `SELECT key FROM (SELECT key FROM totals WHERE `+cond+lim+`) AS t
+		UNION SELECT key FROM (SELECT DISTINCT key FROM events WHERE `+cond+lim+`) AS e`+lim, args...)
 	return SortKeys(keys), err
 }
 
@@ -386,6 +461,15 @@ func (c *Common) ListCheckpoints(ctx context.Context, prefix string) ([]durable.
 		return nil, err
 	}
 	cps, err := ListCheckpoints(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return cps, c.cfg.Wrap("list checkpoints", err)
+}
+
+// ListCheckpointsAfter implements durable.Checkpoints.
+func (c *Common) ListCheckpointsAfter(ctx context.Context, prefix, after string, limit int) ([]durable.Checkpoint, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	cps, err := ListCheckpointsAfter(ctx, c.cfg.Read, c.cfg.Dialect, prefix, after, limit)
 	return cps, c.cfg.Wrap("list checkpoints", err)
 }
 
@@ -488,5 +572,14 @@ func (c *Common) Keys(ctx context.Context, prefix string) ([]string, error) {
 		return nil, err
 	}
 	keys, err := Keys(ctx, c.cfg.Read, c.cfg.Dialect, prefix)
+	return keys, c.cfg.Wrap("keys", err)
+}
+
+// KeysAfter implements durable.Log.
+func (c *Common) KeysAfter(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if err := Check(c); err != nil {
+		return nil, err
+	}
+	keys, err := KeysAfter(ctx, c.cfg.Read, c.cfg.Dialect, prefix, after, limit)
 	return keys, c.cfg.Wrap("keys", err)
 }
