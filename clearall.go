@@ -23,18 +23,20 @@ func (c *Client) ClearAll(ctx context.Context) (int, error) {
 	if c.dur == nil {
 		return 0, nil
 	}
-	keys, err := c.dur.Counters(ctx)
-	if err != nil {
-		return 0, err
-	}
 	var errs []error
 	n := 0
-	for _, k := range keys {
-		if err := c.Clear(ctx, k); err != nil {
-			errs = append(errs, err)
-			continue
+	err := c.dur.Counters(ctx, func(keys []string) error {
+		for _, k := range keys {
+			if err := c.Clear(ctx, k); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
 		}
-		n++
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
 }

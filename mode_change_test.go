@@ -145,7 +145,7 @@ func TestModeChangeRefused(t *testing.T) {
 }
 
 // listings counts the listings of a durable store (Keys and
-// ListCheckpoints).
+// ListCheckpoints, and their pages).
 type listings struct {
 	durable.Backend
 	n atomic.Int64
@@ -159,6 +159,16 @@ func (l *listings) Keys(ctx context.Context, prefix string) ([]string, error) {
 func (l *listings) ListCheckpoints(ctx context.Context, prefix string) ([]durable.Checkpoint, error) {
 	l.n.Add(1)
 	return l.Backend.ListCheckpoints(ctx, prefix)
+}
+
+func (l *listings) KeysAfter(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	l.n.Add(1)
+	return l.Backend.KeysAfter(ctx, prefix, after, limit)
+}
+
+func (l *listings) ListCheckpointsAfter(ctx context.Context, prefix, after string, limit int) ([]durable.Checkpoint, error) {
+	l.n.Add(1)
+	return l.Backend.ListCheckpointsAfter(ctx, prefix, after, limit)
 }
 
 // TestModeCheckRecorded: the mode check lists the durable store only when

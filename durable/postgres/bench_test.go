@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -96,4 +98,84 @@ func BenchmarkSingleInsertPostgres(b *testing.B) {
 			durabletest.BenchSingleInsert(b, db, p)
 		})
 	}
+}
+
+// healKeys is the number of durable counters of BenchmarkHealListing
+// (HOTCOUNT_BENCH_HEAL_KEYS overrides it: 1000000 for the figures of
+// docs/benchmarks-log.md).
+func healKeys(b *testing.B) int {
+	n := 200_000
+	if s := os.Getenv("HOTCOUNT_BENCH_HEAL_KEYS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
+			b.Fatalf("HOTCOUNT_BENCH_HEAL_KEYS=%q: not a positive number", s)
+		}
+	}
+	return n
+}
+
+// BenchmarkHealListing: what one heal sweep reads of the log's keys from
+// a store of healKeys durable counters (3 log rows each, written with SQL
+// and vacuumed, as autovacuum leaves them), side by side in one run: the
+// whole list (Keys, as a sweep read it before: it then kept the first
+// 100,000) and the pages of one sweep (up to 100,000 keys, KeysAfter
+// 10,000 at a time). ns/op is the time of the sweep's listing, B/op and
+// allocs/op what it allocates in this process.
+func BenchmarkHealListing(b *testing.B) {
+	const perSweep, page = 100_000, 10_000
+	n := healKeys(b)
+	db, schema := benchDB(b)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	events := pgx.Identifier{schema, "events"}.Sanitize()
+	if _, err := conn.Exec(ctx, `INSERT INTO `+events+` (key, delta, at_ns, n)
+		SELECT 'bench:' || lpad(i::text, 8, '0'), 1, j, 1 FROM generate_series(1, $1::int) i, generate_series(1, 3) j`, n); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE `+events); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			all, err := db.Keys(ctx, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys := make([]string, 0, min(len(all), perSweep))
+			for _, k := range all {
+				if len(keys) == perSweep {
+					break
+				}
+				keys = append(keys, k)
+			}
+			if len(keys) != min(n, perSweep) {
+				b.Fatalf("%d keys", len(keys))
+			}
+		}
+	})
+	b.Run("paged", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			got, after := 0, ""
+			for got < perSweep {
+				keys, err := db.KeysAfter(ctx, "", after, min(page, perSweep-got))
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += len(keys)
+				if len(keys) < min(page, perSweep-got+len(keys)) {
+					break
+				}
+				after = keys[len(keys)-1]
+			}
+			if got != min(n, perSweep) {
+				b.Fatalf("%d keys", got)
+			}
+		}
+	})
 }

@@ -358,7 +358,7 @@ func (o *Ops) StartRegions(cfg RegionsConfig) (*regions.Service, error) {
 	if fl := o.table.FlushIntervals(); len(fl) > 0 {
 		settle = max(settle, fl[len(fl)-1]+cfg.Timeout)
 	}
-	var known func(context.Context) ([]string, error)
+	var known func(context.Context, func([]string) error) error
 	if o.dur != nil {
 		known = o.dur.Counters
 	}

@@ -9,10 +9,11 @@ package durability
 // every counter it held. The healer finds and repairs such differences
 // without an operator.
 //
-// Every HealInterval a sweep takes the counters of the log (Log.Keys) that
-// are in durable mode, up to healPerSweep of them per sweep in key order,
-// and, rebuildChunk at a time, measures each counter's difference
-// D = T − S between its exact total T (Log.ExactMulti) and its view S
+// Every HealInterval a sweep reads the log's keys (Log.KeysAfter) from
+// where the last sweep stopped, in key order, listPage at a time and at
+// most healPerSweep of them, never the whole log. Of each page it takes
+// the counters in durable mode and, rebuildChunk at a time, measures each
+// counter's difference D = T − S between its exact total T (Log.ExactMulti) and its view S
 // (the sum of its sub-counters). The measurement is made while this
 // process's commits are held (for one flush, one cache read and one log
 // read, each bounded by the Timeout) and after its buffer was flushed, so no
@@ -40,13 +41,13 @@ package durability
 // The bound: a view error that stands still is repaired within
 // 2 × HealInterval plus two sweeps' duration after it arose (with more
 // than healPerSweep durable counters in the log, one more interval per
-// healPerSweep counters). A node found empty by the checkpoint round
-// starts a sweep at once.
+// healPerSweep counters: a pass over the log takes that many sweeps). A
+// node found empty by the checkpoint round starts a sweep at once.
 //
 // Honest staleness: from the sweep that found a counter's view off until
-// it is repaired, and from a node loss until the next full sweep, Behind
-// reports how long the view has been known to be behind; the Client adds
-// it to the Stale of its readings.
+// it is repaired, and from a node loss until the end of the first pass
+// that started after it, Behind reports how long the view has been known
+// to be behind; the Client adds it to the Stale of its readings.
 //
 // Clears: a counter whose log was cleared has no log keys and no exact
 // total, so a sweep never adds to it; before a repair the tombstones of the
@@ -70,13 +71,16 @@ const (
 	// DefaultHealInterval is how often the cache view of durable-mode
 	// counters is compared with the log.
 	DefaultHealInterval = 5 * time.Second
-	// healPerSweep is the most counters one sweep measures.
-	healPerSweep = 100_000
 	// healKey is the cache key whose tokens claim the sweeps.
 	healKey = "hotcount:heal:{0}"
 	// healTokenTTL is how long a sweep claim or a repair token is kept.
 	healTokenTTL = time.Hour
 )
+
+// healPerSweep is the most log keys one sweep reads (and counters it
+// measures); a sweep reads them listPage at a time from where the last one
+// stopped. A variable for tests.
+var healPerSweep = 100_000
 
 // healObs is a measured difference of one counter.
 type healObs struct {
@@ -91,11 +95,14 @@ type healer struct {
 
 	sweepMu sync.Mutex // one sweep at a time; guards obs and cursor
 	obs     map[string]healObs
-	cursor  string // last key of a partial sweep ("" from the start)
+	cursor  string // last key of a partial pass ("" from the start)
+	// passStart is when the pass over the log that the cursor is in
+	// started.
+	passStart time.Time
 
 	mu     sync.RWMutex
 	behind map[string]time.Time // counter → since when its view is known off
-	lossAt time.Time            // a node loss not yet followed by a full sweep
+	lossAt time.Time            // a node loss not yet followed by a whole pass
 	nstale atomic.Int64         // len(behind), plus 1 while lossAt is set
 
 	sweeps, skipped, repairs, errs atomic.Uint64
@@ -110,7 +117,8 @@ func (h *healer) init(d *Service, interval time.Duration) {
 }
 
 // nodeLost notes that a cache node came back empty: every durable counter
-// may be behind until the next full sweep, which starts now.
+// may be behind until a pass over the log that starts after now has
+// ended. A sweep starts now.
 func (h *healer) nodeLost(at time.Time) {
 	h.mu.Lock()
 	if h.lossAt.IsZero() {
@@ -179,62 +187,72 @@ func (d *Service) Heal(ctx context.Context) (HealReport, error) {
 	}
 	rep.Claimed = true
 	h.sweeps.Add(1)
-	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
-	all, err := d.be.Keys(lctx, "")
-	cancel()
-	if err != nil {
-		h.errs.Add(1)
-		return rep, fmt.Errorf("heal: %w", err)
+	// Page through the log from the cursor: at most healPerSweep keys
+	// this sweep, one page (listPage) at a time, each measured before the
+	// next is read.
+	if h.cursor == "" {
+		h.passStart = start
 	}
-	keys := make([]string, 0, min(len(all), healPerSweep))
-	fromStart, full := h.cursor == "", true
-	for _, k := range all {
-		if k <= h.cursor && h.cursor != "" {
-			continue
+	for budget := healPerSweep; budget > 0; {
+		from, limit := h.cursor, min(listPage, budget)
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+		page, err := d.be.KeysAfter(lctx, "", from, limit)
+		cancel()
+		if err != nil {
+			h.errs.Add(1)
+			return rep, fmt.Errorf("heal: %w", err)
 		}
-		if keyspace.Validate(k) != nil || d.ns.Lookup(k).Mode != ns.ModeDurable {
-			continue
+		budget -= len(page)
+		keys := make([]string, 0, len(page))
+		for _, k := range page {
+			if keyspace.Validate(k) == nil && d.ns.Lookup(k).Mode == ns.ModeDurable {
+				keys = append(keys, k)
+			}
 		}
-		if len(keys) == healPerSweep {
-			full = false
+		seen := make(map[string]bool, len(keys))
+		for s := 0; s < len(keys); s += rebuildChunk {
+			if err := h.sweepChunk(ctx, keys[s:min(s+rebuildChunk, len(keys))], seen, &rep); err != nil {
+				h.errs.Add(1)
+				return rep, err
+			}
+		}
+		last := len(page) < limit // the end of the log
+		to := ""
+		if !last {
+			to = page[len(page)-1]
+		}
+		h.forget(from, to, seen, last)
+		h.cursor = to
+		if last {
 			break
 		}
-		keys = append(keys, k)
-	}
-	if full {
-		h.cursor = ""
-	} else {
-		h.cursor = keys[len(keys)-1]
-	}
-	seen := make(map[string]bool, len(keys))
-	for s := 0; s < len(keys); s += rebuildChunk {
-		chunk := keys[s:min(s+rebuildChunk, len(keys))]
-		if err := h.sweepChunk(ctx, chunk, seen, &rep); err != nil {
-			h.errs.Add(1)
-			return rep, err
-		}
-	}
-	// A full sweep from the start saw every counter: forget the others
-	// (cleared), and end the staleness of a node loss it followed.
-	if full && fromStart {
-		h.mu.Lock()
-		for k := range h.obs {
-			if !seen[k] {
-				delete(h.obs, k)
-			}
-		}
-		for k := range h.behind {
-			if !seen[k] {
-				delete(h.behind, k)
-			}
-		}
-		if !h.lossAt.IsZero() && h.lossAt.Before(start) {
-			h.lossAt = time.Time{}
-		}
-		h.recount()
-		h.mu.Unlock()
 	}
 	return rep, nil
+}
+
+// forget drops what the healer holds of the counters after from (all
+// from the start for "") up to to (to the end when last) that a sweep
+// read from the log without measuring them (cleared, or no longer in
+// durable mode). At the end of a pass that started after a node loss,
+// the staleness of the loss ends: every counter was measured since.
+func (h *healer) forget(from, to string, seen map[string]bool, last bool) {
+	in := func(k string) bool { return k > from && (last || k <= to) && !seen[k] }
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range h.obs {
+		if in(k) {
+			delete(h.obs, k)
+		}
+	}
+	for k := range h.behind {
+		if in(k) {
+			delete(h.behind, k)
+		}
+	}
+	if last && !h.lossAt.IsZero() && h.lossAt.Before(h.passStart) {
+		h.lossAt = time.Time{}
+	}
+	h.recount()
 }
 
 // recount sets nstale; h.mu is held.

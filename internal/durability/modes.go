@@ -106,7 +106,8 @@ func (d *Service) ForgetModes(ctx context.Context) error {
 // counter now in fast mode. A counter cleared has neither, and one whose
 // recorded deadline has passed is gone: either may change mode. A fast-mode
 // counter never checkpointed (written only without a durable store, or
-// only since the last checkpoint) cannot be seen here.
+// only since the last checkpoint) cannot be seen here. The store is read a
+// page at a time (listPage); only the counters found are held.
 func (d *Service) scanModes(ctx context.Context) error {
 	defs := d.ns.Defaults()
 	// The prefixes to list: every key when the defaults are in the mode
@@ -126,16 +127,16 @@ func (d *Service) scanModes(ctx context.Context) error {
 	}
 	wasFast := map[string]int64{} // sub-key → checkpoint of a counter now durable
 	for _, p := range prefixes(ns.ModeDurable) {
-		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
-		cps, err := d.be.ListCheckpoints(lctx, "{"+p)
-		cancel()
+		err := d.checkpointPages(ctx, "{"+p, func(cps []durable.Checkpoint) error {
+			for _, cp := range cps {
+				if key, _, ok := keyspace.ParseSubKey(cp.Key); ok && d.ns.Lookup(key).Mode == ns.ModeDurable {
+					wasFast[cp.Key] = cp.Total
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("mode check: %w", err)
-		}
-		for _, cp := range cps {
-			if key, _, ok := keyspace.ParseSubKey(cp.Key); ok && d.ns.Lookup(key).Mode == ns.ModeDurable {
-				wasFast[cp.Key] = cp.Total
-			}
 		}
 	}
 	sums := map[string]int64{}
@@ -145,16 +146,16 @@ func (d *Service) scanModes(ctx context.Context) error {
 	}
 	wasDurable := map[string]bool{}
 	for _, p := range prefixes(ns.ModeFast) {
-		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
-		keys, err := d.be.Keys(lctx, p)
-		cancel()
+		err := d.keyPages(ctx, p, func(keys []string) error {
+			for _, k := range keys {
+				if keyspace.Validate(k) == nil && d.ns.Lookup(k).Mode != ns.ModeDurable {
+					wasDurable[k] = true
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("mode check: %w", err)
-		}
-		for _, k := range keys {
-			if keyspace.Validate(k) == nil && d.ns.Lookup(k).Mode != ns.ModeDurable {
-				wasDurable[k] = true
-			}
 		}
 	}
 	var found []string

@@ -123,32 +123,40 @@ func (d *Service) RebuildWith(ctx context.Context, o RebuildOptions) (RebuildRep
 	if err != nil {
 		return rep, fmt.Errorf("rebuild: %w", err)
 	}
-	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
-	var inLog []string
-	if len(o.Keys) > 0 {
-		for _, k := range o.Keys {
-			var found []string
-			if found, err = d.be.Keys(lctx, k); err != nil {
-				break
-			}
-			if slices.Contains(found, k) {
-				inLog = append(inLog, k)
-			} else {
-				rep.NotInLog++
-			}
+	token := NewID()
+	if len(o.Keys) == 0 {
+		// The log's keys under the prefix, a page at a time.
+		var rebuildErr error
+		err = d.keyPages(ctx, o.Prefix, func(keys []string) error {
+			rebuildErr = d.rebuildKeys(ctx, keys, token, o.DryRun, &rep)
+			return rebuildErr
+		})
+		if err != nil && rebuildErr == nil {
+			err = fmt.Errorf("rebuild: %w", err)
 		}
-	} else {
-		inLog, err = d.be.Keys(lctx, o.Prefix)
+		return rep, err
 	}
-	cancel()
-	if err != nil {
-		return rep, fmt.Errorf("rebuild: %w", err)
+	var inLog []string
+	for _, k := range o.Keys {
+		// k is the first key that starts with k, when the log has it.
+		lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
+		found, err := d.be.KeysAfter(lctx, k, "", 1)
+		cancel()
+		if err != nil {
+			return rep, fmt.Errorf("rebuild: %w", err)
+		}
+		if len(found) == 1 && found[0] == k {
+			inLog = append(inLog, k)
+		} else {
+			rep.NotInLog++
+		}
 	}
-	return rep, d.rebuildKeys(ctx, inLog, o.DryRun, &rep)
+	return rep, d.rebuildKeys(ctx, inLog, token, o.DryRun, &rep)
 }
 
-// rebuildKeys corrects the view of keys, rebuildChunk at a time.
-func (d *Service) rebuildKeys(ctx context.Context, keys []string, dryRun bool, rep *RebuildReport) error {
+// rebuildKeys corrects the view of keys, rebuildChunk at a time, with the
+// run's token.
+func (d *Service) rebuildKeys(ctx context.Context, keys []string, token string, dryRun bool, rep *RebuildReport) error {
 	var durableKeys []string
 	for _, k := range keys {
 		if keyspace.Validate(k) != nil || d.ns.Lookup(k).Mode != ns.ModeDurable {
@@ -157,7 +165,6 @@ func (d *Service) rebuildKeys(ctx context.Context, keys []string, dryRun bool, r
 		}
 		durableKeys = append(durableKeys, k)
 	}
-	token := NewID()
 	for start := 0; start < len(durableKeys); start += rebuildChunk {
 		if err := d.rebuildChunk(ctx, durableKeys[start:min(start+rebuildChunk, len(durableKeys))], token, dryRun, rep); err != nil {
 			return err

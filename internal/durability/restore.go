@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hotcount/hotcount/durable"
@@ -14,27 +15,92 @@ import (
 
 // restore adds back every sub-counter checkpoint of node, each guarded by
 // a token of the incarnation inc, so it counts once however often it runs.
-// First it restores the label-set records the node held (from the durable
-// store, or from the labels that have checkpoints), so that every reader
-// sums the restored sub-counters. With o (a limited or dry Rebuild) only
+// It reads the checkpoints a page at a time (listPage, each page within
+// its own timeout), and for the counters of each page first restores the
+// label-set records the node held (from the durable store, or from the
+// labels that have checkpoints), so that every reader sums the restored
+// sub-counters; all checkpoints of one counter are handled together. With o (a limited or dry Rebuild) only
 // o's counters are restored, and with o.DryRun nothing is written.
 //
 // The loss estimate assumes the node was lost one interval after it was
 // last seen intact (lastOK), or at detection if that is sooner.
 func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node string, inc int64, lastOK time.Time, o *RebuildOptions) (*Restore, error) {
 	d := ck.d
-	lctx, cancel := context.WithTimeout(ctx, commitTimeout(d.cfg.Timeout))
-	cps, err := ck.d.be.ListCheckpoints(lctx, "{")
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", node, err)
-	}
 	now := d.cfg.Clock.Now()
 	lostAt := now
 	if !lastOK.IsZero() && lastOK.Add(d.cfg.CheckpointInterval).Before(now) {
 		lostAt = lastOK.Add(d.cfg.CheckpointInterval)
 	}
 	r := &Restore{Node: node, Incarnation: inc, At: now, Partial: o != nil && o.limited(), DryRun: o != nil && o.DryRun}
+	var loss float64
+	// The checkpoints of sub-counters, a page at a time; the ones of the
+	// counters a page may end within wait for the next, so that each
+	// counter is restored from all of its checkpoints at once.
+	var carry []durable.Checkpoint
+	var restoreErr error
+	err := d.checkpointPages(ctx, "{", func(page []durable.Checkpoint) error {
+		cps := append(carry, page...)
+		carry = nil
+		if len(page) == listPage {
+			last := page[len(page)-1].Key
+			cps, carry = splitOpen(cps, last)
+		}
+		restoreErr = ck.restorePage(ctx, topo, node, inc, lostAt, o, cps, r, &loss)
+		return restoreErr
+	})
+	if err == nil && len(carry) > 0 {
+		err = ck.restorePage(ctx, topo, node, inc, lostAt, o, carry, r, &loss)
+		restoreErr = err
+	}
+	if err != nil {
+		if restoreErr != nil {
+			return nil, fmt.Errorf("restore %s: %w", node, restoreErr)
+		}
+		return nil, fmt.Errorf("restore %s: %w", node, err)
+	}
+	r.EstimatedLoss = int64(loss)
+	if r.DryRun {
+		return r, nil
+	}
+	for _, subs := range ck.saved { // the node's values changed under us
+		for sub := range subs {
+			if topo.NodeOf(sub) == node {
+				delete(subs, sub)
+			}
+		}
+	}
+	ck.nrestores.Add(1)
+	ck.restoredKeys.Add(uint64(r.Keys))
+	ck.restoredAmount.Add(r.Amount)
+	ck.restores = append(ck.restores, *r)
+	if len(ck.restores) > maxRestores {
+		ck.restores = ck.restores[len(ck.restores)-maxRestores:]
+	}
+	return r, nil
+}
+
+// splitOpen splits checkpoints read up to the key last into those of
+// counters that have no sub-key after last and those of counters that may
+// have more (last is within their range of sub-keys: the counter of last,
+// and the counters its key starts with followed by "#").
+func splitOpen(cps []durable.Checkpoint, last string) (done, open []durable.Checkpoint) {
+	for _, cp := range cps {
+		key, _, ok := keyspace.ParseSubKey(cp.Key)
+		if ok && strings.HasPrefix(last, "{"+key+"#") {
+			open = append(open, cp)
+		} else {
+			done = append(done, cp)
+		}
+	}
+	return done, open
+}
+
+// restorePage restores the checkpoints cps of one page (see restore),
+// adding to r and loss.
+func (ck *checkpointer) restorePage(ctx context.Context, topo *store.Topology, node string, inc int64, lostAt time.Time,
+	o *RebuildOptions, cps []durable.Checkpoint, r *Restore, loss *float64) error {
+	d := ck.d
+	now := r.At
 	if o != nil {
 		cps = slices.DeleteFunc(cps, func(cp durable.Checkpoint) bool {
 			key, _, ok := keyspace.ParseSubKey(cp.Key)
@@ -42,16 +108,15 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		})
 	}
 	if err := ck.restoreMetas(ctx, topo, node, cps, r); err != nil {
-		return nil, fmt.Errorf("restore %s: %w", node, err)
+		return err
 	}
 	deadlines, err := ck.deadlines(ctx, node, topo, cps)
 	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", node, err)
+		return err
 	}
 	tok := strconv.FormatInt(inc, 10)
 	var ops []store.IncrOp
 	var ages []time.Duration
-	var loss float64
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
@@ -114,39 +179,18 @@ func (ck *checkpointer) restore(ctx context.Context, topo *store.Topology, node 
 		}
 		age := max(now.Sub(cp.At), 0)
 		if s, ok := ck.saved[key][cp.Key]; ok && s.rate > 0 && lostAt.After(cp.At) {
-			loss += s.rate * lostAt.Sub(cp.At).Seconds()
+			*loss += s.rate * lostAt.Sub(cp.At).Seconds()
 		}
 		ops = append(ops, store.IncrOp{Key: cp.Key, Delta: cp.Total, ExpireAt: expireAt,
 			TokenKey: keyspace.AuxKey(key, label, "restore", tok), TTL: restoreTokenTTL})
 		ages = append(ages, age)
 		if len(ops) == ckChunk {
 			if err := flush(); err != nil {
-				return nil, fmt.Errorf("restore %s: %w", node, err)
+				return err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return nil, fmt.Errorf("restore %s: %w", node, err)
-	}
-	r.EstimatedLoss = int64(loss)
-	if r.DryRun {
-		return r, nil
-	}
-	for _, subs := range ck.saved { // the node's values changed under us
-		for sub := range subs {
-			if topo.NodeOf(sub) == node {
-				delete(subs, sub)
-			}
-		}
-	}
-	ck.nrestores.Add(1)
-	ck.restoredKeys.Add(uint64(r.Keys))
-	ck.restoredAmount.Add(r.Amount)
-	ck.restores = append(ck.restores, *r)
-	if len(ck.restores) > maxRestores {
-		ck.restores = ck.restores[len(ck.restores)-maxRestores:]
-	}
-	return r, nil
+	return flush()
 }
 
 // deadlines returns the recorded deadlines of the counters of cps whose

@@ -94,12 +94,14 @@ type Config struct {
 	// peer whose cache lost them gets them again, and an own epoch lost
 	// with the cache comes back) and the peers' parts received.
 	Durable durable.Regions
-	// Counters, when set, lists every counter the region's durable store
-	// holds something of (a checkpoint, log events, a total). After the
-	// region's cache lost data (Resync) they are shipped again with the
-	// contributions Durable holds: a counter whose marks were lost with
-	// the cache before it was first shipped has no contribution there.
-	Counters func(ctx context.Context) ([]string, error)
+	// Counters, when set, calls fn with every counter the region's
+	// durable store holds something of (a checkpoint, log events, a
+	// total), a page at a time (a counter may come more than once), and
+	// returns fn's error. After the region's cache lost data (Resync)
+	// they are shipped again with the contributions Durable holds: a
+	// counter whose marks were lost with the cache before it was first
+	// shipped has no contribution there.
+	Counters func(ctx context.Context, fn func(keys []string) error) error
 	// Interval is how often changed counters are shipped (0:
 	// DefaultInterval). It bounds the lag a link adds.
 	Interval time.Duration

@@ -894,16 +894,22 @@ func (s *Service) Resync(ctx context.Context) error {
 func (s *Service) markAll(ctx context.Context, boxes func(shard int) []string) error {
 	if s.cfg.Counters != nil {
 		// The counters restored from the durable store, shipped or not.
-		keys, err := s.cfg.Counters(ctx)
+		var markErr error
+		err := s.cfg.Counters(ctx, func(keys []string) error {
+			for len(keys) > 0 {
+				n := min(len(keys), s.cfg.Batch)
+				if markErr = mark(ctx, s.cfg.Local, keys[:n], boxes); markErr != nil {
+					return markErr
+				}
+				keys = keys[n:]
+			}
+			return nil
+		})
+		if markErr != nil {
+			return markErr
+		}
 		if err != nil {
 			return fmt.Errorf("regions: resync: %w", err)
-		}
-		for len(keys) > 0 {
-			n := min(len(keys), s.cfg.Batch)
-			if err := mark(ctx, s.cfg.Local, keys[:n], boxes); err != nil {
-				return err
-			}
-			keys = keys[n:]
 		}
 	}
 	if s.cfg.Durable == nil {
