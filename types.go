@@ -41,6 +41,12 @@ type (
 	BufferStats = buffer.Stats
 	// CleanupReport is the outcome of Client.Cleanup.
 	CleanupReport = durability.CleanupReport
+	// Series is one series of the durable store's statistics in the
+	// Prometheus data model, Stats.Durability.Series() lists them (see
+	// durability.Series); serve and the proxy export them.
+	Series = durability.Series
+	// SeriesPoint is one value of a Series, with its label values.
+	SeriesPoint = durability.Point
 	// Namespace holds the settings of the counters whose keys start with
 	// a prefix (see ns.Namespace).
 	Namespace = ns.Namespace

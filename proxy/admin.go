@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/internal/durmetrics"
 )
 
 // AdminHandler returns the HTTP handler of the admin port:
@@ -172,13 +171,13 @@ var metrics = []metric{
 // collector exports the proxy's metrics, read at scrape time.
 type collector struct {
 	s   *Server
-	dur *durmetrics.Metrics // nil without a durable store
+	dur durableSeries // nil without a durable store
 }
 
 func newCollector(s *Server) collector {
 	c := collector{s: s}
 	if s.cfg.Durable {
-		c.dur = durmetrics.New()
+		c.dur = newDurableSeries()
 	}
 	return c
 }

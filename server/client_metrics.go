@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hotcount/hotcount"
-	"github.com/hotcount/hotcount/internal/durmetrics"
 )
 
 // pingTimeout bounds the reachability check a scrape makes
@@ -32,7 +31,7 @@ func counter(name, help string, f func(s *hotcount.Stats) float64) clientMetric 
 
 // clientMetrics are the Client's own gauges and counters: buffered deltas
 // (the loss window), automatic re-placement and N, lifecycle; the durable
-// layer's are durmetrics' (the proxy's admin port exports them too).
+// layer's are durableSeries' (the proxy's admin port exports them too).
 var clientMetrics = []clientMetric{
 	gauge("hotcount_buffer_unflushed_delta", "Signed sum of this process's buffered deltas not yet acknowledged by the cache.",
 		func(s *hotcount.Stats) float64 { return float64(s.Buffer.Unflushed) }),
@@ -97,7 +96,7 @@ var clientMetrics = []clientMetric{
 type clientCollector struct {
 	c          Backend
 	budget     float64
-	dur        *durmetrics.Metrics
+	dur        durableSeries
 	nodeTotal  *prometheus.Desc
 	cacheUp    *prometheus.Desc
 	nodeBudget *prometheus.Desc
@@ -109,7 +108,7 @@ func newClientCollector(c Backend, budget float64) *clientCollector {
 	return &clientCollector{
 		c:      c,
 		budget: budget,
-		dur:    durmetrics.New(),
+		dur:    newDurableSeries(),
 		nodeTotal: prometheus.NewDesc("hotcount_cache_writes_total",
 			"Cache writes this process sent to each node.", []string{"node"}, nil),
 		cacheUp: prometheus.NewDesc("hotcount_cache_up",
