@@ -2,10 +2,8 @@ package layout
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/printer"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -53,23 +51,7 @@ func literalZeroDefaults(t *testing.T, root string) []string {
 		printer.Fprint(&b, fset, e)
 		return b.String()
 	}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err := eachSource(root, fset, func(path string, f *ast.File) error {
 		if f.Name.Name == "main" {
 			return nil
 		}

@@ -153,23 +153,7 @@ func literalDefs(t *testing.T, root string, names ...string) []string {
 	t.Helper()
 	var defs []string
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err := eachSource(root, fset, func(path string, f *ast.File) error {
 		for _, decl := range f.Decls {
 			gd, ok := decl.(*ast.GenDecl)
 			if !ok || gd.Tok != token.CONST {
@@ -203,4 +187,28 @@ func TestMaxNDefinedOnce(t *testing.T) {
 	if !slices.Equal(defs, want) {
 		t.Errorf("the largest N is defined by %q; want it defined once, %q, and referred to elsewhere (keyspace.MaxN)", defs, want)
 	}
+}
+
+// eachSource parses, with fset, every non-test Go file under root (not in
+// hidden folders, testdata or node_modules) and calls fn with it.
+func eachSource(root string, fset *token.FileSet, fn func(path string, f *ast.File) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		return fn(path, f)
+	})
 }
