@@ -144,6 +144,9 @@
 // on the dedicated connection, which rueidis does not follow), the proxy
 // sends the transaction again to the node the redirection names (tx.go);
 // a WATCH on the old owner is lost with the slot, and EXEC answers nil.
+// A queued command answered an error (OOM, TRYAGAIN, ...) aborts the
+// transaction there and then, so that it is never sent again: EXEC
+// answers EXECABORT, as Redis does.
 // The primaries that keyless commands reach are read from the cluster
 // (CLUSTER SLOTS, from a node that answers with slots: a node removed
 // from the cluster answers none) each time; one that joined since

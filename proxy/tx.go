@@ -502,9 +502,13 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 }
 
 // noteQueued answers a queued command's upstream reply (QUEUED or the
-// error that makes Redis abort the transaction).
+// error that makes Redis abort the transaction). Any error aborts it here
+// too, an error reply of the node included: EXEC then answers EXECABORT
+// without going upstream, so that a transaction sent again to a new owner
+// (see resend), where the command may queue without the error, never runs
+// a command its client was answered an error for.
 func (c *conn) noteQueued(res *rueidis.RedisResult) {
-	if res.NonRedisError() != nil {
+	if res.Error() != nil {
 		c.tx.aborted = true
 	}
 	c.appendResult(res, nil)

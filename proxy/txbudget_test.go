@@ -510,3 +510,61 @@ func settledInput(t *testing.T, info *rawConn, after string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTransactionBudgetGivenBack: whatever ends a transaction, what it
+// kept of its queued commands (the keyless ones held, the copy) is given
+// back once: hotcount_input_bytes counts them while the transaction is
+// open and is back to 0 after EXEC, an aborted EXEC, DISCARD, RESET, the
+// client hanging up, and with nested MULTI, WATCH, HELLO refused inside
+// MULTI or a transaction of keyless commands only.
+func TestTransactionBudgetGivenBack(t *testing.T) {
+	e := startProxy(t, nil, txBudgetConfig)
+	p := uniq(t)
+	info := dialRaw(t, e.addr)
+	set := []string{"SET", "{" + p + "}a", txValue}
+	echo := []string{"ECHO", txValue}
+	ok, queued := "+OK", "+QUEUED"
+	type step struct {
+		cmd  []string
+		want string // the reply's start
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step // the last ends the transaction
+		close bool   // the client then hangs up instead
+	}{
+		{"EXEC", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false},
+		{"EXEC aborted", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"NOSUCHCOMMAND"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
+		{"EXEC aborted by arity", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"SET", "{" + p + "}a"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
+		{"DISCARD", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"DISCARD"}, ok}}, false},
+		{"RESET", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"RESET"}, "+RESET"}}, false},
+		{"close", []step{{[]string{"MULTI"}, ok}, {set, queued}}, true},
+		{"nested MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"MULTI"}, "-ERR MULTI calls can not be nested"}, {[]string{"EXEC"}, "*1"}}, false},
+		{"HELLO inside MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"HELLO", "3"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
+		{"WATCH", []step{{[]string{"WATCH", "{" + p + "}a"}, ok}, {[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false},
+		{"held EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"EXEC"}, "*1"}}, false},
+		{"held DISCARD", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"DISCARD"}, ok}}, false},
+		{"held RESET", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"RESET"}, "+RESET"}}, false},
+		{"held close", []step{{[]string{"MULTI"}, ok}, {echo, queued}}, true},
+		{"held then keyed EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}, {[]string{"EXEC"}, "*2"}}, false},
+		{"held then keyed close", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dialRaw(t, e.addr)
+			counted := int64(0)
+			for _, s := range tc.steps {
+				if got := r.do(s.cmd...); !strings.HasPrefix(got, s.want) {
+					t.Fatalf("%.40q: %.100q, want %q...", s.cmd, got, s.want)
+				}
+				counted = max(counted, inputBytes(t, info))
+			}
+			if counted < int64(len(txValue)) {
+				t.Fatalf("the open transaction was counted %d bytes, less than its %d bytes queued", counted, len(txValue))
+			}
+			if tc.close {
+				r.nc.Close()
+			}
+			settledInput(t, info, tc.name)
+		})
+	}
+}
