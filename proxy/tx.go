@@ -357,7 +357,9 @@ func (c *conn) multi(args [][]byte) {
 	}
 	c.s.input.release(t.kept)
 	t.unhold(c)
-	t.inMulti, t.aborted, t.refuse, t.sent, t.kept, t.uncopied, t.shapes = true, false, false, nil, 0, false, nil
+	// A transaction that WATCHes is never sent again (its EXEC answers
+	// nil when its slot moves): it keeps no copy.
+	t.inMulti, t.aborted, t.refuse, t.sent, t.kept, t.uncopied, t.shapes = true, false, false, nil, 0, t.watching, nil
 	if t.dc == nil {
 		c.out = appendOK(c.out)
 		return
@@ -455,8 +457,14 @@ func (c *conn) txQueue(name string, ci *cmdInfo, args [][]byte, strs []string) {
 		key = keys[0]
 	}
 	t.shapes = append(t.shapes, shape)
-	if t.watchLost {
+	switch {
+	case t.watchLost:
 		c.out = appendStatus(c.out, "QUEUED") // EXEC answers nil
+		return
+	case t.aborted:
+		// EXEC answers EXECABORT: nothing more goes upstream or into
+		// the copy, as Redis queues nothing more of the transaction.
+		c.out = appendStatus(c.out, "QUEUED")
 		return
 	}
 	cmd := c.build(strs, key)

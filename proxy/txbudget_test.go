@@ -532,22 +532,27 @@ func TestTransactionBudgetGivenBack(t *testing.T) {
 		name  string
 		steps []step // the last ends the transaction
 		close bool   // the client then hangs up instead
+		// none is set when the transaction keeps nothing of what it queued: a
+		// transaction that WATCHes is never sent again and keeps no
+		// copy, and one that is to abort queues nothing more.
+		none bool
 	}{
-		{"EXEC", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false},
-		{"EXEC aborted", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"NOSUCHCOMMAND"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
-		{"EXEC aborted by arity", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"SET", "{" + p + "}a"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
-		{"DISCARD", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"DISCARD"}, ok}}, false},
-		{"RESET", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"RESET"}, "+RESET"}}, false},
-		{"close", []step{{[]string{"MULTI"}, ok}, {set, queued}}, true},
-		{"nested MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"MULTI"}, "-ERR MULTI calls can not be nested"}, {[]string{"EXEC"}, "*1"}}, false},
-		{"HELLO inside MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"HELLO", "3"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false},
-		{"WATCH", []step{{[]string{"WATCH", "{" + p + "}a"}, ok}, {[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false},
-		{"held EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"EXEC"}, "*1"}}, false},
-		{"held DISCARD", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"DISCARD"}, ok}}, false},
-		{"held RESET", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"RESET"}, "+RESET"}}, false},
-		{"held close", []step{{[]string{"MULTI"}, ok}, {echo, queued}}, true},
-		{"held then keyed EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}, {[]string{"EXEC"}, "*2"}}, false},
-		{"held then keyed close", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}}, true},
+		{"EXEC", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false, false},
+		{"EXEC aborted", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"NOSUCHCOMMAND"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false, false},
+		{"EXEC aborted by arity", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"SET", "{" + p + "}a"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false, false},
+		{"DISCARD", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"DISCARD"}, ok}}, false, false},
+		{"RESET", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"RESET"}, "+RESET"}}, false, false},
+		{"close", []step{{[]string{"MULTI"}, ok}, {set, queued}}, true, false},
+		{"nested MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"MULTI"}, "-ERR MULTI calls can not be nested"}, {[]string{"EXEC"}, "*1"}}, false, false},
+		{"HELLO inside MULTI", []step{{[]string{"MULTI"}, ok}, {set, queued}, {[]string{"HELLO", "3"}, "-ERR"}, {[]string{"EXEC"}, "-EXECABORT"}}, false, false},
+		{"WATCH", []step{{[]string{"WATCH", "{" + p + "}a"}, ok}, {[]string{"MULTI"}, ok}, {set, queued}, {[]string{"EXEC"}, "*1"}}, false, true},
+		{"aborted, then keyed", []step{{[]string{"MULTI"}, ok}, {[]string{"NOSUCHCOMMAND"}, "-ERR"}, {set, queued}, {[]string{"EXEC"}, "-EXECABORT"}}, false, true},
+		{"held EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"EXEC"}, "*1"}}, false, false},
+		{"held DISCARD", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"DISCARD"}, ok}}, false, false},
+		{"held RESET", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {[]string{"RESET"}, "+RESET"}}, false, false},
+		{"held close", []step{{[]string{"MULTI"}, ok}, {echo, queued}}, true, false},
+		{"held then keyed EXEC", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}, {[]string{"EXEC"}, "*2"}}, false, false},
+		{"held then keyed close", []step{{[]string{"MULTI"}, ok}, {echo, queued}, {set, queued}}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := dialRaw(t, e.addr)
@@ -558,7 +563,10 @@ func TestTransactionBudgetGivenBack(t *testing.T) {
 				}
 				counted = max(counted, inputBytes(t, info))
 			}
-			if counted < int64(len(txValue)) {
+			switch {
+			case tc.none && counted != 0:
+				t.Fatalf("the open transaction was counted %d bytes; it keeps nothing", counted)
+			case !tc.none && counted < int64(len(txValue)):
 				t.Fatalf("the open transaction was counted %d bytes, less than its %d bytes queued", counted, len(txValue))
 			}
 			if tc.close {
