@@ -150,7 +150,11 @@ func TestInfoBlockedClients(t *testing.T) {
 	if _, err := b1.nc.Write(encode("BLPOP", p+"l", "0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b2.nc.Write(encode("XREAD", "BLOCK", "0", "STREAMS", p+"s", "$")); err != nil {
+	// From the stream's start, not "$": the XADD below, sent on another
+	// connection, may reach the node before this XREAD does (the proxy
+	// counts a client blocked once it sent the command), and "$" would
+	// then wait for good.
+	if _, err := b2.nc.Write(encode("XREAD", "BLOCK", "0", "STREAMS", p+"s", "0-0")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(r, "2")

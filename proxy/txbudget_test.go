@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -557,16 +558,19 @@ func TestTransactionBudgetGivenBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := dialRaw(t, e.addr)
 			counted := int64(0)
-			for _, s := range tc.steps {
+			for i, s := range tc.steps {
 				if got := r.do(s.cmd...); !strings.HasPrefix(got, s.want) {
 					t.Fatalf("%.40q: %.100q, want %q...", s.cmd, got, s.want)
 				}
+				if tc.none && i < len(tc.steps)-1 {
+					// While it is open, only the input being read is
+					// counted, and only for a moment.
+					settledInput(t, info, fmt.Sprintf("%.40q, the transaction open", s.cmd))
+					continue
+				}
 				counted = max(counted, inputBytes(t, info))
 			}
-			switch {
-			case tc.none && counted != 0:
-				t.Fatalf("the open transaction was counted %d bytes; it keeps nothing", counted)
-			case !tc.none && counted < int64(len(txValue)):
+			if !tc.none && counted < int64(len(txValue)) {
 				t.Fatalf("the open transaction was counted %d bytes, less than its %d bytes queued", counted, len(txValue))
 			}
 			if tc.close {
